@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build the simulated GPU host image (Debian trixie, systemd as PID 1, podman 5.x
+# with the quadlet generator) from Debian's packages with debootstrap.
+# No image can be pulled on the lab machines, so every image is made locally.
+# Idempotent: does nothing if the image exists, unless FORCE=1.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/../conf/containers.conf}
+image=${LAB_HOST_IMAGE:-localhost/inkling-lab-host:trixie}
+mirror=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+if podman image exists "$image" && [ "${FORCE:-0}" != 1 ]; then
+  echo "lab: $image already present"
+  exit 0
+fi
+
+pkgs=(python3 python3-venv python3-pip systemd systemd-sysv dbus podman crun
+      netavark aardvark-dns conmon catatonit fuse-overlayfs iproute2 iputils-ping
+      procps kmod pciutils rsync curl ca-certificates sudo less jq tar gzip
+      util-linux coreutils e2fsprogs docker-registry apache2-utils openssl)
+root=$(mktemp -d /var/tmp/inkling-lab-host.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+echo "lab: debootstrap trixie into $root (a few minutes)"
+debootstrap --variant=minbase --include="$(IFS=,; echo "${pkgs[*]}")" trixie "$root" "$mirror" >/dev/null
+# Keep the image small: no apt lists, docs or locales.
+rm -rf "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
+echo "lab: importing $image"
+tar -C "$root" -c . | podman import --change 'CMD ["/sbin/init"]' - "$image" >/dev/null
+echo "lab: built $image"
