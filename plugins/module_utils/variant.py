@@ -1,0 +1,433 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The variant table: merge overrides, validate, and select one entry for a host.
+
+A variant is one way to serve a model on one kind of GPU host: the image, the vLLM
+arguments and environment, the mounts, and what the host must offer (compute
+capability, GPU count for the tensor parallel size, total GPU memory, driver floor).
+The table is data (``roles/preflight/defaults/main/variants.yml``); this file holds the
+rules. Importable and testable without Ansible running.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import copy
+import re
+
+SCHEMA_VERSION = 1
+
+# Compute capabilities known not to work, with why. Checked before the table, so that the
+# refusal says why instead of only "no entry".
+KNOWN_UNSUPPORTED_CAPS = {
+    '12.0': (
+        'compute capability 12.0 (SM120: RTX PRO 6000 / RTX 50xx) is known not to work with Inkling: '
+        'vLLM issue #51405 (https://github.com/vllm-project/vllm/issues/51405), the FA4 relative-attention '
+        'path asserts "Paged KV not supported on SM 12.0" during warmup, after the full weight load '
+        '(PR #51560 would reject SM120 up front). Remedy: serve from Hopper (9.0) or Blackwell datacenter GPUs (10.0).'
+    ),
+}
+
+ENTRY_KEYS = {
+    'enabled': 'bool', 'priority': 'int', 'architecture': 'str', 'compute_caps': 'caps',
+    'model': 'dict', 'tensor_parallel_size': 'int', 'image': 'dict', 'vllm_args': 'strlist',
+    'env': 'strdict', 'mounts': 'list', 'min_driver': 'str', 'served_model_name': 'str',
+    'notes': 'strlist', 'sources': 'strlist', 'description': 'str',
+}
+REQUIRED_KEYS = ('architecture', 'compute_caps', 'model', 'tensor_parallel_size', 'image',
+                 'vllm_args', 'min_driver', 'served_model_name')
+MODEL_KEYS = ('repo_id', 'revision', 'min_total_gpu_memory_mib', 'size_bytes')
+IMAGE_KEYS = ('reference', 'digest')
+MOUNT_KEYS = ('source', 'target', 'options')
+
+# The service role adds these itself; a variant must not carry them.
+FORBIDDEN_ARGS = ('--model', '--served-model-name', '--host', '--port', '--download-dir',
+                  '--hf-cache-dir', '--uds')
+
+ARCHITECTURES = ('hopper', 'blackwell', 'ada', 'ampere')
+CAP_RE = re.compile(r'^\d+\.\d+$')
+DRIVER_RE = re.compile(r'^\d+(\.\d+){1,2}$')
+DIGEST_RE = re.compile(r'^sha256:[0-9a-f]{64}$')
+
+
+class VariantTableError(Exception):
+    """The table (or an override) is wrong; nothing about the host."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        super(VariantTableError, self).__init__(
+            'the variant table is invalid: ' + '; '.join(self.errors))
+
+
+class VariantRefused(Exception):
+    """The host cannot serve the model as asked; ``reasons`` says why, each with a remedy."""
+
+    def __init__(self, host, reasons):
+        self.host = host
+        self.reasons = list(reasons)
+        super(VariantRefused, self).__init__(
+            'refused (%d reason(s)): %s' % (len(self.reasons), ' | '.join(self.reasons)))
+
+
+def deep_merge(base, override):
+    """Return base updated recursively with override: dicts merge, anything else (lists too) replaces."""
+    result = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def merge_table(table, overrides):
+    """Merge overrides into the table by entry name; a name not in the table adds an entry."""
+    errors = []
+    if not isinstance(table, dict):
+        raise VariantTableError(['the table must be a dict keyed by variant name, got %s' % type(table).__name__])
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise VariantTableError(['the overrides must be a dict keyed by variant name, got %s'
+                                 % type(overrides).__name__])
+    merged = copy.deepcopy(table)
+    for name, override in overrides.items():
+        if not isinstance(override, dict):
+            errors.append('override %r must be a dict, got %s' % (name, type(override).__name__))
+            continue
+        if isinstance(merged.get(name), dict):
+            merged[name] = deep_merge(merged[name], override)
+        else:
+            merged[name] = copy.deepcopy(override)
+    if errors:
+        raise VariantTableError(errors)
+    return merged
+
+
+def is_fully_qualified(reference):
+    """True when the first path component is a registry host (has a dot or a port, or is localhost)."""
+    if not isinstance(reference, str) or '/' not in reference:
+        return False
+    host = reference.split('/', 1)[0]
+    return '.' in host or ':' in host or host == 'localhost'
+
+
+def version_tuple(version):
+    return tuple(int(part) for part in re.findall(r'\d+', version or ''))
+
+
+def _type_ok(kind, value):
+    if kind == 'bool':
+        return isinstance(value, bool)
+    if kind == 'int':
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == 'str':
+        return isinstance(value, str) and value != ''
+    if kind == 'dict':
+        return isinstance(value, dict)
+    if kind == 'list':
+        return isinstance(value, list)
+    if kind == 'strlist':
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == 'strdict':
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    if kind == 'caps':
+        return isinstance(value, list) and value != [] and all(isinstance(v, str) and CAP_RE.match(v) for v in value)
+    return False
+
+
+KIND_WORDS = {
+    'bool': 'true or false', 'int': 'an integer', 'str': 'a non-empty string', 'dict': 'a dict',
+    'list': 'a list', 'strlist': 'a list of strings (quote numbers)', 'caps': 'a non-empty list of "X.Y" strings',
+    'strdict': 'a dict of string to string (quote numbers, e.g. "1")',
+}
+
+
+def validate_entry(name, entry):
+    """Return a list of error strings for one enabled entry (empty when valid)."""
+    errors = []
+    where = 'entry %r' % name
+    if not isinstance(entry, dict):
+        return ['%s must be a dict, got %s' % (where, type(entry).__name__)]
+    for key in sorted(set(entry) - set(ENTRY_KEYS)):
+        errors.append('%s: unknown key %r (known: %s)' % (where, key, ', '.join(sorted(ENTRY_KEYS))))
+    for key in REQUIRED_KEYS:
+        if key not in entry:
+            errors.append('%s: missing %r' % (where, key))
+    for key, kind in ENTRY_KEYS.items():
+        if key in entry and entry[key] is not None and not _type_ok(kind, entry[key]):
+            errors.append('%s: %s must be %s, got %r' % (where, key, KIND_WORDS[kind], entry[key]))
+        elif key in entry and entry[key] is None and key in REQUIRED_KEYS:
+            errors.append('%s: %s must not be null' % (where, key))
+    if errors:
+        return errors
+
+    if entry['architecture'] not in ARCHITECTURES:
+        errors.append('%s: architecture %r is not one of %s' % (where, entry['architecture'], ', '.join(ARCHITECTURES)))
+    if entry['tensor_parallel_size'] < 1:
+        errors.append('%s: tensor_parallel_size must be >= 1' % where)
+    if not DRIVER_RE.match(entry['min_driver']):
+        errors.append('%s: min_driver %r is not a driver version like "580.65.06"' % (where, entry['min_driver']))
+
+    model = entry['model']
+    for key in sorted(set(model) - set(MODEL_KEYS)):
+        errors.append('%s: model has unknown key %r (known: %s)' % (where, key, ', '.join(MODEL_KEYS)))
+    if not isinstance(model.get('repo_id'), str) or not re.match(r'^[\w.-]+/[\w.-]+$', model.get('repo_id') or ''):
+        errors.append('%s: model.repo_id must be "owner/name", got %r' % (where, model.get('repo_id')))
+    if not isinstance(model.get('revision'), str) or not model.get('revision'):
+        errors.append('%s: model.revision must be a branch, tag or commit, got %r' % (where, model.get('revision')))
+    mem = model.get('min_total_gpu_memory_mib')
+    if not isinstance(mem, int) or isinstance(mem, bool) or mem < 1:
+        errors.append('%s: model.min_total_gpu_memory_mib must be a positive integer, got %r' % (where, mem))
+    size = model.get('size_bytes')
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        errors.append('%s: model.size_bytes must be a positive integer or null, got %r' % (where, size))
+
+    image = entry['image']
+    for key in sorted(set(image) - set(IMAGE_KEYS)):
+        errors.append('%s: image has unknown key %r (known: %s)' % (where, key, ', '.join(IMAGE_KEYS)))
+    ref = image.get('reference')
+    if not is_fully_qualified(ref):
+        errors.append(
+            '%s: image.reference %r is not fully qualified; name the registry host (for example '
+            'docker.io/vllm/vllm-openai:v0.28.0), because podman under systemd or Ansible cannot resolve '
+            'short names ("short-name resolution enforced but cannot prompt without a TTY", F12)' % (where, ref))
+    elif '@' in ref:
+        errors.append('%s: image.reference %r carries a digest; put the tag in reference and the digest in '
+                      'image.digest' % (where, ref))
+    digest = image.get('digest')
+    if digest is not None and not (isinstance(digest, str) and DIGEST_RE.match(digest)):
+        errors.append('%s: image.digest must be null or "sha256:<64 hex>", got %r' % (where, digest))
+
+    args = entry['vllm_args']
+    for arg in args:
+        flag = arg.split('=', 1)[0]
+        if flag in FORBIDDEN_ARGS:
+            errors.append('%s: vllm_args must not contain %s; the service role adds --model, '
+                          '--served-model-name, --host and --port itself (set served_model_name instead)'
+                          % (where, flag))
+    tp_arg = _arg_value(args, '--tensor-parallel-size') or _arg_value(args, '-tp')
+    if tp_arg is not None and tp_arg != str(entry['tensor_parallel_size']):
+        errors.append('%s: vllm_args say --tensor-parallel-size %s but tensor_parallel_size is %s'
+                      % (where, tp_arg, entry['tensor_parallel_size']))
+
+    for index, mount in enumerate(entry.get('mounts') or []):
+        if not isinstance(mount, dict):
+            errors.append('%s: mounts[%d] must be a dict with source and target' % (where, index))
+            continue
+        for key in sorted(set(mount) - set(MOUNT_KEYS)):
+            errors.append('%s: mounts[%d] has unknown key %r' % (where, index, key))
+        for key in ('source', 'target'):
+            value = mount.get(key)
+            if not isinstance(value, str) or not value.startswith('/'):
+                errors.append('%s: mounts[%d].%s must be an absolute path, got %r' % (where, index, key, value))
+        if mount.get('options') is not None and not isinstance(mount.get('options'), str):
+            errors.append('%s: mounts[%d].options must be a string such as "ro"' % (where, index))
+    return errors
+
+
+def _arg_value(args, flag):
+    for position, arg in enumerate(args):
+        if arg == flag and position + 1 < len(args):
+            return args[position + 1]
+        if arg.startswith(flag + '='):
+            return arg.split('=', 1)[1]
+    return None
+
+
+def validate_table(table, schema_version):
+    """Validate the merged table; raise VariantTableError listing every problem."""
+    errors = []
+    if schema_version != SCHEMA_VERSION:
+        errors.append('the table declares schema_version %r but this collection reads schema_version %d; '
+                      'use the variant table shipped with this collection version, or upgrade the collection'
+                      % (schema_version, SCHEMA_VERSION))
+    if not table:
+        errors.append('the table has no entries')
+    for name in sorted(table):
+        entry = table[name]
+        if not isinstance(entry, dict):
+            errors.append('entry %r must be a dict, got %s' % (name, type(entry).__name__))
+            continue
+        enabled = entry.get('enabled', True)
+        if not isinstance(enabled, bool):
+            errors.append('entry %r: enabled must be true or false, got %r' % (name, enabled))
+            continue
+        if enabled:
+            errors.extend(validate_entry(name, entry))
+    if errors:
+        raise VariantTableError(errors)
+
+
+def normalise_entry(name, entry):
+    """The variant dict handed to the roles: the entry with its name and every optional key filled."""
+    variant = copy.deepcopy(entry)
+    variant.pop('enabled', None)
+    variant['name'] = name
+    variant.setdefault('priority', 0)
+    variant['model'].setdefault('size_bytes', None)
+    variant['image'].setdefault('digest', None)
+    for key, default in (('env', {}), ('mounts', []), ('notes', []), ('sources', [])):
+        if variant.get(key) is None:
+            variant[key] = default
+    variant['mounts'] = [dict(source=m['source'], target=m['target'], options=m.get('options'))
+                         for m in variant['mounts']]
+    variant.setdefault('description', None)
+    return variant
+
+
+def _gib(mib):
+    return '%.1f GiB' % (mib / 1024.0)
+
+
+def tp_group_memory_mib(gpus, tensor_parallel_size):
+    """Memory of the GPUs a TP group would use: the smallest tensor_parallel_size GPUs (all, if fewer)."""
+    sizes = sorted(g.get('memory_total_mib') or 0 for g in gpus)
+    return sum(sizes[:tensor_parallel_size])
+
+
+def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host=None,
+                   schema_version=SCHEMA_VERSION):
+    """Pick the variant for a host. Returns (variant, reasons); raises VariantRefused or VariantTableError."""
+    host = host or 'this host'
+    merged = merge_table(table, overrides)
+    validate_table(merged, schema_version)
+    if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+        raise VariantTableError(['tensor_parallel_size must be a positive integer, got %r' % (tensor_parallel_size,)])
+
+    enabled = dict((name, entry) for name, entry in merged.items() if entry.get('enabled', True))
+    gpus = gpu.get('gpus') or []
+    gpu_count = gpu.get('gpu_count', len(gpus))
+    caps = sorted(set(gpu.get('compute_caps') or []))
+    refusals = []
+    reasons = []
+
+    if gpu_count == 0:
+        refusals.append('%s: found no GPU; need %d for tensor parallel size %d. Remedy: check nvidia-smi -L and '
+                        'the driver.' % (host, tensor_parallel_size, tensor_parallel_size))
+    cap = None
+    if len(caps) > 1:
+        per_cap = {}
+        for item in gpus:
+            per_cap.setdefault(item.get('compute_cap'), []).append(str(item.get('index')))
+        found = ', '.join('%s on GPU %s' % (c, ','.join(idx)) for c, idx in sorted(per_cap.items(), key=lambda kv: version_tuple(kv[0] or '')))
+        refusals.append('%s: mixed compute capabilities (%s); one vLLM server needs GPUs of one kind. Remedy: '
+                        'serve from a host with identical GPUs.' % (host, found))
+    elif len(caps) == 1:
+        cap = caps[0]
+    elif gpu_count:
+        refusals.append('%s: the compute capability is unknown (nvidia-smi did not report compute_cap; driver %s). '
+                        'Remedy: upgrade the driver to one that reports compute_cap.'
+                        % (host, gpu.get('driver_version')))
+
+    if cap in KNOWN_UNSUPPORTED_CAPS:
+        refusals.append('%s: %s' % (host, KNOWN_UNSUPPORTED_CAPS[cap]))
+
+    if gpu_count and gpu_count < tensor_parallel_size:
+        refusals.append('%s: found %d GPU(s); tensor parallel size %d needs %d. Remedy: use a host with %d GPUs '
+                        '(if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid '
+                        'errors), or lower the tensor parallel size where the model fits.'
+                        % (host, gpu_count, tensor_parallel_size, tensor_parallel_size, tensor_parallel_size))
+
+    mig = [str(item.get('index')) for item in gpus if item.get('mig_mode_current') or item.get('mig_mode_pending')]
+    if mig:
+        states = ', '.join('GPU %s current=%s pending=%s' % (
+            item.get('index'), _on_off(item.get('mig_mode_current')), _on_off(item.get('mig_mode_pending')))
+            for item in gpus if str(item.get('index')) in mig)
+        refusals.append('%s: MIG is enabled or pending (%s); vLLM tensor parallelism needs whole GPUs. Remedy: '
+                        'disable MIG (nvidia-smi -i <gpu> -mig 0) with no GPU process running, then reset the '
+                        'GPUs or reboot.' % (host, states))
+
+    candidates = []
+    if cap is not None and cap not in KNOWN_UNSUPPORTED_CAPS:
+        candidates = sorted(
+            [(name, entry) for name, entry in enabled.items()
+             if entry['model']['repo_id'] == model and cap in entry['compute_caps']
+             and entry['tensor_parallel_size'] == tensor_parallel_size],
+            key=lambda item: (-item[1].get('priority', 0), item[0]))
+        if not candidates:
+            refusals.append(_no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size))
+
+    chosen = None
+    if candidates:
+        if len(candidates) > 1 and candidates[0][1].get('priority', 0) == candidates[1][1].get('priority', 0):
+            tied = [n for n, e in candidates if e.get('priority', 0) == candidates[0][1].get('priority', 0)]
+            raise VariantTableError([
+                'entries %s all match model %s, compute capability %s and tensor parallel size %d with the same '
+                'priority %d; give them different priorities or disable all but one'
+                % (', '.join(tied), model, cap, tensor_parallel_size, candidates[0][1].get('priority', 0))])
+        chosen_name, chosen = candidates[0]
+        reasons.append('%s: %d GPU(s), compute capability %s, driver %s; entry %s matches model %s, compute '
+                       'capability %s and tensor parallel size %d'
+                       % (host, gpu_count, cap, gpu.get('driver_version'), chosen_name, model, cap,
+                          tensor_parallel_size))
+        if len(candidates) > 1:
+            reasons.append('picked %s (priority %d) over %s by priority' % (
+                chosen_name, chosen.get('priority', 0),
+                ', '.join('%s (priority %d)' % (n, e.get('priority', 0)) for n, e in candidates[1:])))
+        skipped = sorted(n for n, e in merged.items() if not e.get('enabled', True)
+                         and isinstance(e.get('model'), dict) and e['model'].get('repo_id') == model
+                         and cap in (e.get('compute_caps') or []))
+        if skipped:
+            reasons.append('disabled entries not considered: %s' % ', '.join(skipped))
+
+        need = chosen['model']['min_total_gpu_memory_mib']
+        have = tp_group_memory_mib(gpus, tensor_parallel_size)
+        used = min(gpu_count, tensor_parallel_size)
+        if have < need:
+            refusals.append(
+                '%s: the %d GPU(s) of the tensor parallel group have %d MiB (%s) in total; %s (entry %s) needs at '
+                'least %d MiB (%s). Remedy: use GPUs with more memory (for example 8x H200 or 8x B200), or a '
+                'smaller model.' % (host, used, have, _gib(have), model, chosen_name, need, _gib(need)))
+        else:
+            reasons.append('the %d GPU(s) of the tensor parallel group have %d MiB; %s needs %d MiB'
+                           % (used, have, model, need))
+
+        driver = gpu.get('driver_version')
+        floor = chosen['min_driver']
+        if not driver:
+            refusals.append('%s: the driver version is unknown; entry %s needs driver >= %s. Remedy: check '
+                            'nvidia-smi.' % (host, chosen_name, floor))
+        elif version_tuple(driver) < version_tuple(floor):
+            refusals.append('%s: driver %s is older than %s, which entry %s needs (image %s). Remedy: upgrade the '
+                            'NVIDIA driver (and fabric manager, same version) to %s or newer.'
+                            % (host, driver, floor, chosen_name, chosen['image']['reference'], floor))
+        else:
+            reasons.append('driver %s >= %s' % (driver, floor))
+
+    if refusals:
+        raise VariantRefused(host, refusals)
+    return normalise_entry(chosen_name, chosen), reasons
+
+
+def _on_off(value):
+    if value is None:
+        return 'unknown'
+    return 'Enabled' if value else 'Disabled'
+
+
+def _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size):
+    """Explain why no enabled entry matches, naming what the table does offer."""
+    for_model = [(n, e) for n, e in enabled.items() if e['model']['repo_id'] == model]
+    if not for_model:
+        known = sorted(set(e['model']['repo_id'] for e in enabled.values()))
+        disabled = sorted(n for n, e in merged.items() if not e.get('enabled', True)
+                          and isinstance(e.get('model'), dict) and e['model'].get('repo_id') == model)
+        return ('%s: no enabled variant serves model %s%s; enabled entries serve %s. Remedy: fix the model name, '
+                'or add an entry through preflight_variant_overrides.'
+                % (host, model, ' (disabled: %s)' % ', '.join(disabled) if disabled else '', ', '.join(known)))
+    for_cap = [(n, e) for n, e in for_model if cap in e['compute_caps']]
+    if not for_cap:
+        caps = sorted(set(c for _n, e in for_model for c in e['compute_caps']), key=version_tuple)
+        notes = ''
+        if cap == '10.3':
+            notes = (' B300/GB300 (10.3) is not listed by the vLLM recipe for %s; no entry claims it.' % model)
+        return ('%s: found compute capability %s; no enabled variant of %s supports it (supported: %s).%s Remedy: '
+                'run this model on supported GPUs, or add a tested entry through preflight_variant_overrides.'
+                % (host, cap, model, ', '.join(caps), notes))
+    sizes = sorted(set(e['tensor_parallel_size'] for _n, e in for_cap))
+    return ('%s: no enabled variant of %s on compute capability %s uses tensor parallel size %d (entries use %s). '
+            'Remedy: set the tensor parallel size to one of %s.'
+            % (host, model, cap, tensor_parallel_size, ', '.join(str(s) for s in sizes),
+               ', '.join(str(s) for s in sizes)))

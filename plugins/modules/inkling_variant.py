@@ -1,0 +1,216 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: inkling_variant
+short_description: Select the Inkling serving variant for a GPU host
+version_added: 0.1.0
+description:
+  - Merges O(overrides) into the variant O(table) by entry name (recursively; lists are replaced),
+    validates the result, skips entries with C(enabled=false), and picks the entry that matches the
+    model repo id, the host's single compute capability and the tensor parallel size.
+  - When several enabled entries match, the one with the highest C(priority) wins; equal priorities
+    are a table error. The result's C(reasons) say why the entry was picked.
+  - Refuses, naming the host, what was found, what is needed and the remedy, when the host has mixed
+    compute capabilities, a compute capability no entry supports (12.0 is known not to work, vLLM
+    issue 51405), fewer GPUs than the tensor parallel size, less total GPU memory in the tensor parallel
+    group than the model needs, MIG enabled or pending on any GPU, or a driver older than the entry's
+    C(min_driver). Every applicable reason is reported.
+  - Validates the table itself, for example that every image reference names its registry host.
+  - Makes no change on the host; runs the same in check mode.
+author:
+  - inkling.fleet contributors (@inkling-fleet)
+options:
+  gpu:
+    description:
+      - The GPU facts of the host, as returned by M(inkling.fleet.nvidia_gpu_info) in C(nvidia_gpu).
+    type: dict
+    required: true
+  model:
+    description:
+      - The Hugging Face repo id of the model, for example C(thinkingmachines/Inkling-NVFP4).
+    type: str
+    required: true
+  tensor_parallel_size:
+    description:
+      - The tensor parallel size to serve with.
+    type: int
+    required: true
+  table:
+    description:
+      - The variant table, a dict keyed by variant name (see C(docs/variants.md)); the collection's
+        default is C(preflight_variant_table) in the preflight role.
+    type: dict
+    required: true
+  schema_version:
+    description:
+      - The schema version the table was written for (C(preflight_variant_table_schema_version)).
+        This module reads schema version 1.
+    type: int
+    required: true
+  overrides:
+    description:
+      - Entries to add or change, keyed by variant name, merged recursively into O(table).
+    type: dict
+    default: {}
+  host:
+    description:
+      - The host name used in messages (modules do not see C(inventory_hostname); pass it).
+    type: str
+    default: this host
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+seealso:
+  - module: inkling.fleet.nvidia_gpu_info
+'''
+
+EXAMPLES = r'''
+- name: Read the GPU facts
+  inkling.fleet.nvidia_gpu_info:
+  register: gpu_info
+
+- name: Select the variant
+  inkling.fleet.inkling_variant:
+    gpu: "{{ gpu_info.nvidia_gpu }}"
+    model: thinkingmachines/Inkling-NVFP4
+    tensor_parallel_size: 8
+    table: "{{ preflight_variant_table }}"
+    schema_version: "{{ preflight_variant_table_schema_version }}"
+    overrides:
+      sm90-patched:
+        image:
+          digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+    host: "{{ inventory_hostname }}"
+  register: selected
+'''
+
+RETURN = r'''
+variant:
+  description:
+    - The selected entry, with every optional key filled (see C(docs/architecture.md)).
+  returned: success
+  type: dict
+  contains:
+    name:
+      description: The entry name.
+      type: str
+      sample: sm90-patched
+    architecture:
+      description: The architecture family it serves.
+      type: str
+      sample: hopper
+    compute_caps:
+      description: The compute capabilities it serves.
+      type: list
+      elements: str
+      sample: ["9.0"]
+    model:
+      description: C(repo_id), C(revision), C(min_total_gpu_memory_mib) and C(size_bytes) (null when unknown).
+      type: dict
+      sample: {repo_id: thinkingmachines/Inkling-NVFP4, revision: main, min_total_gpu_memory_mib: 666624,
+               size_bytes: 591854374368}
+    tensor_parallel_size:
+      description: The tensor parallel size.
+      type: int
+      sample: 8
+    image:
+      description: C(reference) (fully qualified) and C(digest) (null until pinned).
+      type: dict
+      sample: {reference: "quay.io/vllm/automation-vllm:cuda-29455473553", digest: null}
+    vllm_args:
+      description: Arguments after C(vllm serve), without --model, --served-model-name, --host and --port.
+      type: list
+      elements: str
+      sample: ["--trust-remote-code", "--tensor-parallel-size", "8"]
+    env:
+      description: Environment of the container.
+      type: dict
+      sample: {VLLM_USE_V2_MODEL_RUNNER: "1"}
+    mounts:
+      description: Extra mounts, each with C(source), C(target) and C(options).
+      type: list
+      elements: dict
+      sample: []
+    min_driver:
+      description: The lowest NVIDIA driver version the image runs on.
+      type: str
+      sample: "580.65.06"
+    served_model_name:
+      description: The name clients use in requests.
+      type: str
+      sample: inkling
+    priority:
+      description: The entry's priority.
+      type: int
+      sample: 10
+    description:
+      description: One line about the entry, or null.
+      type: str
+      sample: Hopper with the patched vLLM image of the reference deployment
+    notes:
+      description: Notes for operators.
+      type: list
+      elements: str
+      sample: []
+    sources:
+      description: Where the entry's values come from.
+      type: list
+      elements: str
+      sample: []
+reasons:
+  description: Why this entry was picked, or on failure, every reason the host was refused.
+  returned: always
+  type: list
+  elements: str
+  sample: ["web-01: 8 GPU(s), compute capability 9.0, driver 580.159.04; entry sm90-patched matches ..."]
+table_errors:
+  description: On a table error, each problem found in the table.
+  returned: failure
+  type: list
+  elements: str
+  sample: ["entry 'x': image.reference 'vllm/vllm-openai:v0.28.0' is not fully qualified; ..."]
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils.variant import (
+    VariantRefused, VariantTableError, select_variant)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpu=dict(type='dict', required=True),
+            model=dict(type='str', required=True),
+            tensor_parallel_size=dict(type='int', required=True),
+            table=dict(type='dict', required=True),
+            schema_version=dict(type='int', required=True),
+            overrides=dict(type='dict', default={}),
+            host=dict(type='str', default='this host'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        variant, reasons = select_variant(
+            params['gpu'], params['model'], params['tensor_parallel_size'], params['table'],
+            overrides=params['overrides'], host=params['host'], schema_version=params['schema_version'])
+    except VariantRefused as exc:
+        module.fail_json(msg=str(exc), reasons=exc.reasons)
+    except VariantTableError as exc:
+        module.fail_json(msg=str(exc), reasons=[], table_errors=exc.errors)
+    module.exit_json(changed=False, variant=variant, reasons=reasons)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,198 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Shared test helpers: fixture loading, a fake nvidia-smi runner, a fake nvidia-smi script, module runs."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import yaml
+
+from ansible_collections.inkling.fleet.plugins.module_utils import nvidia_smi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+COLLECTIONS = os.path.join(REPO, 'collections')
+FIXTURES = os.path.join(HERE, 'fixtures', 'nvidia-smi')
+CAPTURE = os.path.join(FIXTURES, 'h200-2gpu-driver580')
+VARIANTS_YML = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
+STANDIN = os.path.join(REPO, 'lab', 'nvidia-smi', 'nvidia-smi')
+PROFILES = os.path.join(REPO, 'lab', 'nvidia-smi', 'profiles')
+
+
+def read(path):
+    with open(path) as handle:
+        return handle.read()
+
+
+def capture_text(name):
+    return read(os.path.join(CAPTURE, name))
+
+
+def capture_rows():
+    """Rows of the real 2x H200 capture, keyed by query field, units stripped.
+
+    query-gpu.csv has most fields; mig.mode.pending, remapped rows and fabric come from the
+    same host's nvidia-smi-q.xml.
+    """
+    lines = capture_text('query-gpu.csv').strip().splitlines()
+    fields = [re.sub(r'\s*\[.*\]$', '', h.strip()) for h in lines[0].split(',')]
+    rows = []
+    for line in lines[1:]:
+        values = [re.sub(r' (MiB|W|MHz)$', '', v.strip()) for v in line.split(',')]
+        rows.append(dict(zip(fields, values)))
+    tree = ET.parse(os.path.join(CAPTURE, 'nvidia-smi-q.xml'))
+    for row, gpu in zip(rows, tree.getroot().findall('gpu')):
+        row['mig.mode.pending'] = gpu.find('mig_mode/pending_mig').text
+        row['remapped_rows.pending'] = gpu.find('remapped_rows/remapped_row_pending').text
+        row['remapped_rows.failure'] = gpu.find('remapped_rows/remapped_row_failure').text
+        row['fabric.state'] = gpu.find('fabric/state').text
+        row['fabric.status'] = gpu.find('fabric/status').text
+    return rows
+
+
+def synth_rows(template, count, uuid_prefix='GPU-00000000-0000-0000-0000-0000000000'):
+    """A synthesized table: the template row repeated with distinct index, UUID and bus id (not a capture)."""
+    rows = []
+    for index in range(count):
+        row = dict(template)
+        row['index'] = str(index)
+        row['uuid'] = '%s%02d' % (uuid_prefix, index)
+        row['pci.bus_id'] = '00000000:%02X:00.0' % (0x10 + index * 0x10)
+        rows.append(row)
+    return rows
+
+
+def h200_rows(count=8):
+    return synth_rows(capture_rows()[0], count)
+
+
+def public_rows(name, count=8, **override):
+    values = json.loads(read(os.path.join(FIXTURES, 'public', 'public-values.json')))[name]
+    template = dict(values['filled_not_in_source'])
+    template.update(values['gpu'])
+    template['driver_version'] = values['driver_version']
+    template.update(override)
+    return synth_rows(template, count)
+
+
+class FakeSmi(object):
+    """A runner for nvidia_smi.collect answering from rows (dicts of raw strings keyed by query field)."""
+
+    def __init__(self, rows, unsupported=(), cuda='13.0', failure=None, nvlink_text=None, topo_text=None,
+                 lspci_text=None):
+        self.rows = rows
+        self.unsupported = set(unsupported)
+        self.cuda = cuda
+        self.failure = failure  # (rc, stdout) answered to every nvidia-smi call
+        self.nvlink_text = nvlink_text
+        self.topo_text = topo_text
+        self.lspci_text = lspci_text
+        self.calls = []
+
+    def __call__(self, argv, timeout):
+        self.calls.append(list(argv))
+        if argv[0].endswith('lspci'):
+            return (0, self.lspci_text, '') if self.lspci_text is not None else (1, '', 'lspci: failed')
+        if self.failure:
+            return self.failure[0], self.failure[1], ''
+        args = argv[1:]
+        if args[0].startswith('--query-gpu='):
+            fields = args[0].split('=', 1)[1].split(',')
+            for field in fields:
+                if field in self.unsupported:
+                    return 2, 'Field "%s" is not a valid field to query.\n' % field, ''
+            return 0, ''.join(', '.join(row.get(f, '[N/A]') for f in fields) + '\n' for row in self.rows), ''
+        if args == ['--version']:
+            driver = self.rows[0].get('driver_version', '') if self.rows else ''
+            text = 'NVIDIA-SMI version  : %s\nDRIVER version      : %s\n' % (driver, driver)
+            if self.cuda:
+                text += 'CUDA Version        : %s\n' % self.cuda
+            return 0, text, ''
+        if args == ['nvlink', '-s']:
+            return (0, self.nvlink_text, '') if self.nvlink_text is not None else (3, '', 'nvlink failed')
+        if args == ['topo', '-m']:
+            return (0, self.topo_text, '') if self.topo_text is not None else (3, '', 'topo failed')
+        raise AssertionError('unexpected nvidia-smi call %r' % argv)
+
+
+def facts_from_rows(rows, **kwargs):
+    facts, _warnings = nvidia_smi.collect('nvidia-smi', runner=FakeSmi(rows, **kwargs), nvlink=False)
+    return facts
+
+
+def default_table():
+    data = yaml.safe_load(read(VARIANTS_YML))
+    return data['preflight_variant_table'], data['preflight_variant_table_schema_version']
+
+
+FAKE_SCRIPT = textwrap.dedent('''\
+    #!{python}
+    # A fake nvidia-smi written by the unit tests: answers --query-gpu from ROWS, or MODE.
+    import json, sys, time
+    ROWS = json.loads({rows!r})
+    UNSUPPORTED = {unsupported!r}
+    MODE = {mode!r}
+    args = sys.argv[1:]
+    if MODE == 'hang':
+        time.sleep(60)
+    if MODE == 'mismatch':
+        print('Failed to initialize NVML: Driver/library version mismatch')
+        print('NVML library version: 460.73')
+        sys.exit({mismatch_rc})
+    if MODE == 'no-gpu':
+        print('No devices were found')
+        sys.exit(6)
+    if args and args[0].startswith('--query-gpu='):
+        fields = args[0].split('=', 1)[1].split(',')
+        for field in fields:
+            if field in UNSUPPORTED:
+                print('Field "%s" is not a valid field to query.' % field)
+                sys.exit(2)
+        for row in ROWS:
+            print(', '.join(row.get(f, '[N/A]') for f in fields))
+        sys.exit(0)
+    if args == ['--version']:
+        print('NVIDIA-SMI version  : 580.159.04')
+        print('CUDA Version        : 13.0')
+        sys.exit(0)
+    if args in (['nvlink', '-s'], ['topo', '-m']):
+        sys.stdout.write(open({capture!r} + ('/nvlink.txt' if args[0] == 'nvlink' else '/topo.txt')).read())
+        sys.exit(0)
+    sys.stderr.write('fake nvidia-smi: unexpected %r' % args)
+    sys.exit(2)
+''')
+
+
+def write_fake_smi(directory, rows=(), unsupported=(), mode=None, mismatch_rc=0, name='nvidia-smi'):
+    path = os.path.join(str(directory), name)
+    with open(path, 'w') as handle:
+        handle.write(FAKE_SCRIPT.format(python=sys.executable, rows=json.dumps(list(rows)),
+                                        unsupported=list(unsupported), mode=mode, mismatch_rc=mismatch_rc,
+                                        capture=CAPTURE))
+    os.chmod(path, 0o755)
+    return path
+
+
+def run_module(name, args, env=None, tmp_path=None, check_mode=False):
+    """Run a module of the collection the way Ansible does (a process reading its args file); return (rc, result)."""
+    module_args = dict(args)
+    if check_mode:
+        module_args['_ansible_check_mode'] = True
+    args_file = os.path.join(str(tmp_path), 'args-%s.json' % name)
+    with open(args_file, 'w') as handle:
+        json.dump({'ANSIBLE_MODULE_ARGS': module_args}, handle)
+    run_env = dict(os.environ)
+    run_env['PYTHONPATH'] = COLLECTIONS + os.pathsep + run_env.get('PYTHONPATH', '')
+    run_env.update(env or {})
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'plugins', 'modules', name + '.py'), args_file],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=run_env, timeout=120, check=False)
+    try:
+        result = json.loads(proc.stdout.decode())
+    except ValueError:
+        raise AssertionError('module %s printed no JSON: stdout=%r stderr=%r' % (name, proc.stdout, proc.stderr))
+    return proc.returncode, result
