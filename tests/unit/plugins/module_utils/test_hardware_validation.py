@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Regression tests from the real 2x H200 run (docs/hardware-validation.md).
+
+The facts below were returned by inkling.fleet.nvidia_gpu_info on a real host
+(playbooks/hardware-validation.yml, 2026-11-29; UUIDs replaced). Re-running the variant
+selection on them offline must give what the real run gave, and the raw CSV nvidia-smi
+printed there must parse to the same facts.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.inkling.fleet.plugins.module_utils import nvidia_smi, variant
+from inkling_test_helpers import default_table
+
+RUN = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'hardware-validation',
+                   'h200-x2-driver580-2026-11-29')
+
+
+def _run():
+    with open(os.path.join(RUN, 'hardware-validation-output.json')) as f:
+        return json.load(f)['hosts']['localhost']
+
+
+def _raw_section(title):
+    with open(os.path.join(RUN, 'raw.txt')) as f:
+        text = f.read()
+    section = text.split('### ' + title + '\n', 1)[1]
+    return section.split('\nrc=', 1)[0]
+
+
+def test_real_facts_are_a_2x_h200_hopper_host():
+    facts = _run()['nvidia_gpu_info']['nvidia_gpu']
+    assert facts['gpu_count'] == 2
+    assert facts['architecture'] == 'hopper'
+    assert facts['compute_caps'] == ['9.0']
+    assert facts['driver_version'] == '580.159.04'
+    assert facts['memory_total_mib'] == 2 * 143771
+    for gpu in facts['gpus']:
+        assert gpu['fabric_state'] == 'Completed' and gpu['fabric_status'] == 'Success'
+        assert gpu['mig_mode_current'] is False and gpu['mig_mode_pending'] is False
+        assert gpu['persistence_mode'] is True
+        assert gpu['remapped_rows_pending'] is False
+
+
+def test_selection_on_real_facts_matches_the_real_run():
+    real = _run()
+    facts = real['nvidia_gpu_info']['nvidia_gpu']
+    table, schema = default_table()
+    chosen, reasons = variant.select_variant(facts, 'thinkingmachines/Inkling-Small-NVFP4', 2, table,
+                                             host='localhost', schema_version=schema)
+    assert chosen['name'] == real['cases'][0]['variant']['name'] == 'sm90-small-tp2'
+    assert reasons == real['cases'][0]['reasons']
+
+    with pytest.raises(variant.VariantRefused) as exc:
+        variant.select_variant(facts, 'thinkingmachines/Inkling-NVFP4', 8, table, host='localhost',
+                               schema_version=schema)
+    refused = real['cases'][1]
+    assert refused['outcome'] == 'refused'
+    assert '2 GPU(s); tensor parallel size 8 needs 8' in str(exc.value)
+    assert '666624 MiB' in str(exc.value)
+    assert len(refused['reasons']) == 2
+
+
+def test_real_fabric_and_health_csv_parses():
+    text = _raw_section('nvidia-smi --query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,'
+                        'fabric.cliqueId,mig.mode.current,mig.mode.pending,remapped_rows.pending,'
+                        'remapped_rows.failure,ecc.mode.current,ecc.errors.uncorrected.volatile.total,'
+                        'persistence_mode,compute_cap,gpu_recovery_action --format=csv')
+    fields = ['index', 'fabric.state', 'fabric.status', 'fabric.clusterUuid', 'fabric.cliqueId',
+              'mig.mode.current', 'mig.mode.pending', 'remapped_rows.pending', 'remapped_rows.failure',
+              'ecc.mode.current', 'ecc.errors.uncorrected.volatile.total', 'persistence_mode', 'compute_cap',
+              'gpu_recovery_action']
+    rows = nvidia_smi.parse_query_csv(text, fields)
+    assert len(rows) == 2
+    assert [r['fabric.state'] for r in rows] == ['Completed', 'Completed']
+    assert nvidia_smi.to_bool(rows[0]['mig.mode.current']) is False
+    assert nvidia_smi.to_bool(rows[0]['remapped_rows.pending']) is False
+    assert nvidia_smi.split_cap(rows[1]['compute_cap'])[1:] == (9, 0)
