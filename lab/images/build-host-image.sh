@@ -17,13 +17,14 @@ fi
 pkgs=(python3 python3-venv python3-pip systemd systemd-sysv dbus podman crun
       netavark aardvark-dns conmon catatonit fuse-overlayfs iproute2 iputils-ping
       procps kmod pciutils rsync curl ca-certificates sudo less jq tar gzip
-      util-linux coreutils e2fsprogs docker-registry apache2-utils openssl)
+      util-linux coreutils e2fsprogs docker-registry apache2-utils openssl nftables)
 root=$(mktemp -d /var/tmp/inkling-lab-host.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "lab: debootstrap trixie into $root (a few minutes)"
 debootstrap --variant=minbase --include="$(IFS=,; echo "${pkgs[*]}")" trixie "$root" "$mirror" >/dev/null
-# Keep the image small: no apt lists, docs or locales.
-rm -rf "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
+# Keep the image small: no downloaded .debs (about 100 MB), apt lists, docs or locales.
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/* \
+       "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
 echo "lab: importing $image"
 tar -C "$root" -c . | podman import --change 'CMD ["/sbin/init"]' - "$image" >/dev/null
 echo "lab: built $image"
