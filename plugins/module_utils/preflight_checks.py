@@ -1,0 +1,764 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Pure preflight checks for GPU hosts that serve Inkling.
+
+Every function takes plain data (GPU facts from ``inkling.fleet.nvidia_gpu_info``,
+host facts from ``inkling.fleet.preflight_host_facts``, the variant) and returns a
+list of check results::
+
+    {"check": "fabric.state", "ok": False, "level": "error",
+     "found": "...", "expected": "...", "remedy": "...", "message": "..."}
+
+``level`` is ``error`` (the host cannot serve) or ``warning`` (reported, not fatal).
+Nothing here runs commands or touches the host, so every field failure in
+docs/field-failures.md is a unit test of these functions.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+import re
+
+CDI_KIND = 'nvidia.com/gpu'
+DEFAULT_CDI_DIRS = ['/etc/cdi', '/var/run/cdi']
+NVML_MISMATCH = 'Driver/library version mismatch'
+FABRIC_DONE_STATE = 'Completed'
+FABRIC_DONE_STATUS = 'Success'
+PODMAN_DEFAULT_SHM_MIB = 64
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+_VERSION_RE = re.compile(r'(\d+(?:\.\d+)+)')
+
+
+# --------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------
+
+def result(check, ok, found, expected, remedy='', level='error', message=None, **extra):
+    """Build one check result; ``message`` defaults to a sentence from the parts."""
+    if message is None:
+        if ok:
+            message = '%s: %s' % (check, found)
+        else:
+            message = '%s: found %s, expected %s' % (check, found, expected)
+    res = {
+        'check': check,
+        'ok': bool(ok),
+        'level': level,
+        'found': found,
+        'expected': expected,
+        'remedy': '' if ok else remedy,
+        'message': message,
+    }
+    res.update(extra)
+    return res
+
+
+def parse_version(text):
+    """'580.159.04' -> (580, 159, 4); None when no version is in the text."""
+    if text is None:
+        return None
+    match = _VERSION_RE.search(str(text))
+    if not match:
+        return None
+    return tuple(int(p) for p in match.group(1).split('.'))
+
+
+def version_str(text):
+    """The first dotted version in ``text`` as written, or None."""
+    if text is None:
+        return None
+    match = _VERSION_RE.search(str(text))
+    return match.group(1) if match else None
+
+
+def version_ge(found, minimum):
+    """True when version ``found`` >= ``minimum`` (missing parts count as 0)."""
+    a, b = parse_version(found), parse_version(minimum)
+    if a is None or b is None:
+        return False
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)) >= b + (0,) * (width - len(b))
+
+
+def versions_equal(a, b):
+    """Exact x.y.z match ('580.159.04' == '580.159.4'); a branch name ('580') never matches a full version."""
+    pa, pb = parse_version(a), parse_version(b)
+    return pa is not None and pa == pb
+
+
+def human_bytes(num):
+    if num is None:
+        return 'unknown'
+    num = float(num)
+    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'):
+        if abs(num) < 1024 or unit == 'PiB':
+            return ('%d %s' % (num, unit)) if unit == 'B' else ('%.1f %s' % (num, unit))
+        num /= 1024
+    return '%d B' % num  # pragma: no cover
+
+
+# --------------------------------------------------------------------------
+# parsers for command output and files (used by the gather module)
+# --------------------------------------------------------------------------
+
+def parse_driver_version_file(text):
+    """Kernel module version from /proc/driver/nvidia/version.
+
+    Proprietary: ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ...``
+    Open:        ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...``
+    """
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith('NVRM version:'):
+            match = re.search(r'Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)', line)
+            if match:
+                return match.group(1)
+            return version_str(line.split(':', 1)[1])
+    return None
+
+
+def parse_fabricmanager_version(text):
+    """``Fabric Manager version is : 580.159.04`` (nv-fabricmanager --version) -> '580.159.04'."""
+    if not text:
+        return None
+    for line in text.splitlines():
+        if 'version' in line.lower():
+            ver = version_str(line)
+            if ver:
+                return ver
+    return version_str(text)
+
+
+def parse_package_version(text):
+    """Package version ``580.159.04-1`` / ``3:580.159.04-1.el9`` -> '580.159.04'."""
+    if not text:
+        return None
+    text = text.strip()
+    if ':' in text.split('-')[0]:
+        text = text.split(':', 1)[1]
+    return version_str(text)
+
+
+def parse_podman_version(text):
+    """``podman version 5.4.2`` -> '5.4.2'."""
+    if not text:
+        return None
+    match = re.search(r'version\s+(\d+(?:\.\d+)+)', text)
+    return match.group(1) if match else version_str(text)
+
+
+def count_nvswitch(lspci_text):
+    """Count NVSwitch devices in ``lspci -d 10de:`` output (lines naming NVSwitch or a bridge)."""
+    count = 0
+    for line in (lspci_text or '').splitlines():
+        low = line.lower()
+        if 'nvswitch' in low or re.search(r'\bbridge\b', low):
+            count += 1
+    return count
+
+
+_YAML_HOSTPATH_RE = re.compile(r'^\s*-?\s*hostPath:\s*["\']?([^"\'#\s]+)["\']?')
+_YAML_KIND_RE = re.compile(r'^kind:\s*["\']?([^"\'#\s]+)["\']?')
+
+
+def _walk_host_paths(node, out):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == 'hostPath' and isinstance(value, str):
+                out.append(value)
+            else:
+                _walk_host_paths(value, out)
+    elif isinstance(node, list):
+        for item in node:
+            _walk_host_paths(item, out)
+
+
+def parse_cdi_spec(text, path='', yaml_load=None):
+    """Kind, device names and hostPaths of one CDI spec (YAML or JSON).
+
+    ``yaml_load`` is ``yaml.safe_load`` when PyYAML is available on the host;
+    without it a line-based reader handles what ``nvidia-ctk cdi generate`` writes.
+    Returns ``{'path', 'kind', 'devices', 'host_paths', 'error'}``.
+    """
+    spec = {'path': path, 'kind': None, 'devices': [], 'host_paths': [], 'error': None}
+    data = None
+    stripped = (text or '').lstrip()
+    try:
+        if stripped.startswith('{'):
+            data = json.loads(text)
+        elif yaml_load is not None:
+            data = yaml_load(text)
+    except Exception as exc:  # pylint: disable=broad-except
+        spec['error'] = 'cannot parse %s: %s' % (path, exc)
+        return spec
+    if data is not None:
+        if not isinstance(data, dict):
+            spec['error'] = 'cannot parse %s: not a mapping' % path
+            return spec
+        spec['kind'] = data.get('kind')
+        spec['devices'] = [str(d.get('name')) for d in data.get('devices') or [] if isinstance(d, dict)]
+        _walk_host_paths(data, spec['host_paths'])
+        return spec
+    # Line-based fallback. Device names are the ``name`` keys of the items of ``devices:``,
+    # written as ``- name: X`` or as ``name: X`` after other keys of the item (nvidia-ctk sorts keys).
+    section = None
+    item_indent = None
+    for line in (text or '').splitlines():
+        if not line.strip() or line.lstrip().startswith('#'):
+            continue
+        indent = len(line) - len(line.lstrip())
+        stripped = line.strip()
+        if indent == 0 and not stripped.startswith('-'):
+            section = line.split(':', 1)[0].strip()
+            item_indent = None
+            kind = _YAML_KIND_RE.match(line)
+            if kind:
+                spec['kind'] = kind.group(1)
+            continue
+        if section == 'devices':
+            if item_indent is None and stripped.startswith('- '):
+                item_indent = indent
+            key_line = None
+            if indent == item_indent and stripped.startswith('- '):
+                key_line = stripped[2:].strip()
+            elif item_indent is not None and indent == item_indent + 2:
+                key_line = stripped
+            if key_line is not None and key_line.startswith('name:'):
+                spec['devices'].append(key_line.split(':', 1)[1].split('#', 1)[0].strip().strip('"\''))
+        host = _YAML_HOSTPATH_RE.match(line)
+        if host:
+            spec['host_paths'].append(host.group(1))
+    if spec['kind'] is None:
+        spec['error'] = 'cannot parse %s: no kind' % path
+    return spec
+
+
+def so_versions(host_paths):
+    """Driver versions pinned by versioned library paths (``libcuda.so.580.159.04``)."""
+    found = set()
+    for path in host_paths or []:
+        match = re.search(r'\.so\.(\d+\.\d+(?:\.\d+)?)$', path)
+        if match:
+            found.add(match.group(1))
+    return sorted(found, key=parse_version)
+
+
+def parse_containers_conf_cdi_dirs(text):
+    """``cdi_spec_dirs = ["/etc/cdi", ...]`` from a containers.conf; None when not set."""
+    dirs = None
+    for line in (text or '').splitlines():
+        match = re.match(r'^\s*cdi_spec_dirs\s*=\s*\[(.*)\]', line)
+        if match:
+            dirs = re.findall(r'["\']([^"\']+)["\']', match.group(1))
+    return dirs
+
+
+def parse_apt_history_nvidia(text):
+    """Last apt history entry that upgraded or installed an NVIDIA package.
+
+    Returns ``{'commandline', 'start_date', 'packages': [{'name', 'old', 'new'}]}`` or None.
+    """
+    last = None
+    entry = {}
+    for line in (text or '').splitlines() + ['']:
+        if not line.strip():
+            if entry.get('packages'):
+                last = entry
+            entry = {}
+            continue
+        key, _sep, value = line.partition(': ')
+        if key == 'Start-Date':
+            entry['start_date'] = value.strip()
+        elif key == 'Commandline':
+            entry['commandline'] = value.strip()
+        elif key in ('Upgrade', 'Install'):
+            for name, versions in re.findall(r'([^\s,]+) \(([^)]*)\)', value):
+                if 'nvidia' not in name.lower():
+                    continue
+                parts = [p.strip() for p in versions.split(',')]
+                old = parts[0] if key == 'Upgrade' and len(parts) > 1 else None
+                new = parts[-1] if key == 'Upgrade' else parts[0]
+                entry.setdefault('packages', []).append({
+                    'name': name.split(':')[0], 'old': old, 'new': new})
+    return last
+
+
+# --------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------
+
+def check_variant(variant, variant_error, host):
+    if variant:
+        return [result('variant', True, variant.get('name'), 'a variant for these GPUs',
+                       message='variant %s selected' % variant.get('name'))]
+    return [result('variant', False, variant_error or 'no variant selected',
+                   'a variant of the table that fits this host',
+                   remedy='fix the GPUs, preflight_model or preflight_tensor_parallel_size, or add an entry '
+                          'with preflight_variant_overrides',
+                   message='no Inkling variant fits %s: %s' % (host, variant_error or 'no variant selected'))]
+
+
+def check_driver(gpu, gpu_error, kernel_module_version, min_driver,
+                 userspace_versions=None, apt_event=None):
+    """Driver: NVML answers, kernel module loaded, driver >= the variant's minimum (F4)."""
+    checks = []
+    # kernel module
+    if kernel_module_version:
+        checks.append(result('driver.kernel_module', True, kernel_module_version, 'nvidia kernel module loaded',
+                             message='nvidia kernel module %s loaded' % kernel_module_version))
+    else:
+        checks.append(result('driver.kernel_module', False, 'no nvidia kernel module version',
+                             'nvidia kernel module loaded',
+                             remedy='install the NVIDIA driver (the driver role\'s job) and load it (modprobe nvidia) '
+                                    'or reboot',
+                             message='nvidia kernel module not loaded (no version file)'))
+    # NVML
+    if gpu_error or not gpu:
+        err = (gpu_error or 'no GPU facts').strip()
+        if NVML_MISMATCH.lower() in err.lower():
+            userspace = [v for v in (userspace_versions or []) if not versions_equal(v, kernel_module_version)]
+            cause = ''
+            if apt_event and apt_event.get('commandline'):
+                tool = apt_event['commandline'].split()[0].rsplit('/', 1)[-1]
+                cause = ' (upgraded by %s)' % tool
+            found = 'Failed to initialize NVML: %s' % NVML_MISMATCH
+            detail = 'loaded kernel module %s' % (kernel_module_version or 'unknown')
+            if userspace:
+                detail += ' != user-space %s%s' % (', '.join(userspace), cause)
+            elif cause:
+                detail += '; user-space libraries changed%s' % cause
+            checks.append(result(
+                'driver.nvml', False, found, 'nvidia-smi answers (kernel module and user-space libraries equal)',
+                remedy='reboot (or unload and reload the nvidia modules) so the kernel module matches the '
+                       'libraries; then hold the driver packages (apt-mark hold / dnf versionlock) and exclude '
+                       '*nvidia* from unattended upgrades',
+                message='NVML driver/library version mismatch: %s; reboot required; pin driver packages' % detail,
+                kernel_module_version=kernel_module_version, userspace_versions=userspace))
+        else:
+            checks.append(result(
+                'driver.nvml', False, err, 'nvidia-smi answers',
+                remedy='check the NVIDIA driver installation (nvidia-smi must run); the driver role installs it',
+                message='nvidia-smi failed: %s' % err))
+        return checks
+    driver = gpu.get('driver_version')
+    checks.append(result('driver.nvml', True, driver, 'nvidia-smi answers',
+                         message='nvidia-smi answers, driver %s' % driver))
+    if kernel_module_version and not versions_equal(driver, kernel_module_version):
+        checks.append(result(
+            'driver.kernel_module_match', False, 'kernel module %s, nvidia-smi driver %s' % (kernel_module_version, driver),
+            'equal versions', remedy='reboot so the loaded kernel module matches the installed driver',
+            message='loaded kernel module %s != driver %s reported by nvidia-smi; reboot required'
+                    % (kernel_module_version, driver)))
+    if min_driver:
+        ok = version_ge(driver, min_driver)
+        checks.append(result(
+            'driver.version', ok, driver, '>= %s' % min_driver,
+            remedy='upgrade the NVIDIA driver to %s or newer with the driver role (preflight never changes drivers)'
+                   % min_driver,
+            message=('driver %s >= %s' % (driver, min_driver)) if ok else
+                    ('driver %s is older than the minimum %s for this variant' % (driver, min_driver))))
+    return checks
+
+
+def check_gpus(gpu, tensor_parallel_size):
+    """Count, MIG, persistence, ECC, row remapping (F2, F5)."""
+    if not gpu:
+        return []
+    checks = []
+    gpus = gpu.get('gpus') or []
+    count = gpu.get('gpu_count', len(gpus))
+    ok = count == tensor_parallel_size
+    checks.append(result(
+        'gpu.count', ok, count, tensor_parallel_size,
+        remedy='a GPU is missing or was not detected: check `nvidia-smi -L`, dmesg (Xid/fallen off the bus) and '
+               'the hardware; or set preflight_tensor_parallel_size to the number of GPUs',
+        message=('%d GPUs for tensor_parallel_size=%d' % (count, tensor_parallel_size)) if ok else
+                ('expected %d GPUs for tensor_parallel_size=%d, found %d'
+                 % (tensor_parallel_size, tensor_parallel_size, count))))
+
+    def onoff(value):
+        return {True: 'Enabled', False: 'Disabled', None: 'N/A'}.get(value, str(value))
+
+    mig = [g for g in gpus if g.get('mig_mode_current') or g.get('mig_mode_pending')]
+    if mig:
+        desc = ', '.join('GPU %s (current=%s, pending=%s)'
+                         % (g.get('index'), onoff(g.get('mig_mode_current')), onoff(g.get('mig_mode_pending')))
+                         for g in mig)
+        checks.append(result(
+            'gpu.mig', False, desc, 'MIG disabled (current and pending) on every GPU',
+            remedy='disable MIG (`nvidia-smi -i <gpu> -mig 0`) and reset the GPUs (or reboot)',
+            message='MIG enabled on %s; vLLM TP=%d needs whole GPUs; disable MIG (`nvidia-smi -mig 0`) and reset'
+                    % (desc, tensor_parallel_size)))
+    else:
+        checks.append(result('gpu.mig', True, 'disabled', 'MIG disabled', message='MIG disabled on every GPU'))
+
+    off = ', '.join(str(g.get('index')) for g in gpus if g.get('persistence_mode') is False)
+    checks.append(result(
+        'gpu.persistence', not off, ('off on GPU %s' % off) if off else 'on', 'persistence mode on',
+        remedy='enable persistence (nvidia-persistenced, or `nvidia-smi -pm 1`; preflight_fix: true does this)',
+        message=('persistence mode off on GPU %s' % off) if off else 'persistence mode on',
+        fixable='persistence' if off else None))
+
+    ecc = [g for g in gpus if (g.get('ecc_errors_uncorrected_volatile') or 0) > 0]
+    checks.append(result(
+        'gpu.ecc', not ecc,
+        ', '.join('GPU %s: %s' % (g.get('index'), g.get('ecc_errors_uncorrected_volatile')) for g in ecc) or '0',
+        'no uncorrected ECC errors',
+        remedy='drain the host; reset the GPU (`nvidia-smi -r`) or reboot; replace the GPU if errors return',
+        message=('uncorrected ECC errors on %s' % ', '.join(
+            'GPU %s (%s)' % (g.get('index'), g.get('ecc_errors_uncorrected_volatile')) for g in ecc)) if ecc else
+        'no uncorrected ECC errors'))
+
+    pending = [g for g in gpus if g.get('remapped_rows_pending')]
+    failed = [g for g in gpus if g.get('remapped_rows_failure')]
+    parts = []
+    if pending:
+        parts.append('row remapping pending on GPU %s' % ', '.join(str(g.get('index')) for g in pending))
+    if failed:
+        parts.append('row remapping failed on GPU %s' % ', '.join(str(g.get('index')) for g in failed))
+    checks.append(result(
+        'gpu.row_remapping', not parts, '; '.join(parts) or 'none pending or failed',
+        'no pending or failed row remapping',
+        remedy='pending: reset the GPU or reboot to apply the remap; failed: the GPU needs replacing (RMA)',
+        message='; '.join(parts) or 'no pending or failed row remapping'))
+    return checks
+
+
+def fabric_incomplete(gpu):
+    """GPUs whose fabric state is reported (non-null) and not Completed/Success."""
+    bad = []
+    for g in (gpu or {}).get('gpus') or []:
+        state, status = g.get('fabric_state'), g.get('fabric_status')
+        if state is None and status is None:
+            continue
+        if state != FABRIC_DONE_STATE or status != FABRIC_DONE_STATUS:
+            bad.append(g)
+    return bad
+
+
+def fabric_in_progress(gpu):
+    """True when some GPU's fabric registration is still running (worth waiting for)."""
+    return any(g.get('fabric_state') in ('In Progress', 'Not Started') for g in fabric_incomplete(gpu))
+
+
+def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager', waited_s=0):
+    """Fabric manager on NVSwitch systems, fabric state on every GPU (F1, F2, F3).
+
+    ``fabricmanager``: ``{'installed': bool, 'active': bool, 'state': str, 'version': str|None}``.
+    """
+    checks = []
+    fabricmanager = fabricmanager or {}
+    driver = (gpu or {}).get('driver_version')
+    if nvswitch_count:
+        if not fabricmanager.get('installed'):
+            checks.append(result(
+                'fabric.manager', False, '%s not installed' % unit,
+                '%s installed and active (%d NVSwitch devices)' % (unit, nvswitch_count),
+                remedy='install the fabric manager package of exactly driver %s (e.g. nvidia-fabricmanager-%s) '
+                       'and start %s' % (driver or '<driver>', (driver or 'X').split('.')[0], unit),
+                message='%s is not installed on an NVSwitch system (%d NVSwitch devices); '
+                        'install/start FM matching driver %s' % (unit, nvswitch_count, driver or 'unknown')))
+        elif not fabricmanager.get('active'):
+            checks.append(result(
+                'fabric.manager', False, '%s %s' % (unit, fabricmanager.get('state') or 'inactive'),
+                '%s active' % unit,
+                remedy='systemctl enable --now %s (preflight_fix: true starts it); check its journal' % unit,
+                message='%s is %s on an NVSwitch system (%d NVSwitch devices); install/start FM matching driver %s'
+                        % (unit, fabricmanager.get('state') or 'inactive', nvswitch_count, driver or 'unknown'),
+                fixable='fabricmanager'))
+        else:
+            checks.append(result('fabric.manager', True, '%s active' % unit, '%s active' % unit,
+                                 message='%s active' % unit))
+        fm_version = fabricmanager.get('version')
+        if fabricmanager.get('installed') or fm_version:
+            ok = bool(fm_version) and bool(driver) and versions_equal(fm_version, driver)
+            checks.append(result(
+                'fabric.manager_version', ok, fm_version or 'unknown', driver or 'the driver version',
+                remedy='install the fabric manager package of exactly %s and hold both packages together '
+                       '(apt-mark hold / dnf versionlock)' % (driver or 'the driver version'),
+                message=('fabric manager %s matches driver' % fm_version) if ok else
+                        ('fabric manager %s does not match driver %s' % (fm_version or 'version unknown',
+                                                                         driver or 'unknown'))))
+    bad = fabric_incomplete(gpu)
+    reported = [g for g in (gpu or {}).get('gpus') or [] if g.get('fabric_state') is not None]
+    if bad:
+        states = sorted(set('%s/%s' % (g.get('fabric_state'), g.get('fabric_status')) for g in bad))
+        state = bad[0].get('fabric_state')
+        total = len((gpu or {}).get('gpus') or [])
+        remedy = 'fabric registration is done by nvidia-fabricmanager'
+        if nvswitch_count:
+            remedy += ': make sure %s is installed, active and of the driver\'s version, then wait' % unit
+        else:
+            remedy += ' (on the hypervisor when GPUs are passed through to a VM): ask the platform to fix fabric ' \
+                      'registration; take the host out of the batch'
+        checks.append(result(
+            'fabric.state', False, ', '.join(states), '%s/%s on every GPU' % (FABRIC_DONE_STATE, FABRIC_DONE_STATUS),
+            remedy=remedy,
+            message='fabric registration not complete on %d/%d GPUs after %ds (State=%s); CUDA will fail with '
+                    'error 802 (system not yet initialized)' % (len(bad), total, int(waited_s or 0), state)))
+    elif reported:
+        checks.append(result('fabric.state', True, '%s/%s' % (FABRIC_DONE_STATE, FABRIC_DONE_STATUS),
+                             '%s/%s' % (FABRIC_DONE_STATE, FABRIC_DONE_STATUS),
+                             message='fabric Completed/Success on %d GPUs' % len(reported)))
+    return checks
+
+
+def podman_cdi_dirs(podman_version, configured_dirs, bad_versions, cdi_dirs=None):
+    """The CDI directories podman will read, and why."""
+    if configured_dirs:
+        return list(configured_dirs), 'cdi_spec_dirs in containers.conf'
+    for bad in bad_versions or []:
+        if podman_version and versions_equal(podman_version, bad.get('version')) and bad.get('cdi_spec_dirs'):
+            return list(bad['cdi_spec_dirs']), 'podman %s default (%s)' % (podman_version, bad.get('reason', ''))
+    return list(cdi_dirs or DEFAULT_CDI_DIRS), 'default'
+
+
+def check_podman(podman, min_version, bad_versions):
+    """podman present, new enough for quadlet (F13), not a release known to break CDI (F6)."""
+    podman = podman or {}
+    version = podman.get('version')
+    if not podman.get('found'):
+        return [result('podman.version', False, 'podman not found (%s)' % (podman.get('error') or 'not on PATH'),
+                       'podman >= %s' % min_version,
+                       remedy='install podman %s or newer (the service runs vLLM as a podman quadlet)' % min_version,
+                       message='podman is not installed: the service runs vLLM with podman (quadlet needs >= %s)'
+                               % min_version)]
+    checks = []
+    ok = version_ge(version, min_version)
+    checks.append(result(
+        'podman.version', ok, version or 'unknown', '>= %s' % min_version,
+        remedy='upgrade podman to %s or newer (quadlet arrived in 4.4; Debian 12 ships 4.3.1)' % min_version,
+        message=('podman %s' % version) if ok else
+                ('podman %s has no quadlet support or lacks keys the service uses (needs >= %s); the unit would '
+                 'not be generated' % (version, min_version))))
+    for bad in bad_versions or []:
+        if versions_equal(version, bad.get('version')):
+            # Releases that only change the CDI directories are judged by the CDI check.
+            level = 'warning' if bad.get('cdi_spec_dirs') else 'error'
+            checks.append(result(
+                'podman.known_bad', False, 'podman %s' % version, 'not %s' % bad.get('version'),
+                remedy=bad.get('remedy') or 'upgrade podman past %s' % bad.get('version'), level=level,
+                message='podman %s is a release known to break: %s' % (version, bad.get('reason', ''))))
+    return checks
+
+
+def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None):
+    """A spec for nvidia.com/gpu that lists all GPUs and ``all``, made for the running driver, in a
+    directory podman reads (F6, F7)."""
+    cdi_dirs = list(cdi_dirs or DEFAULT_CDI_DIRS)
+    gpu = gpu or {}
+    driver = gpu.get('driver_version')
+    nvidia = [s for s in specs or [] if s.get('kind') == CDI_KIND]
+    broken = [s for s in specs or [] if s.get('error')]
+    regenerate = 'nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (preflight_fix: true does this)'
+    checks = []
+    for spec in broken:
+        checks.append(result('cdi.parse', False, spec['error'], 'a readable CDI spec', remedy=regenerate,
+                             level='warning', message=spec['error']))
+    if not nvidia:
+        return checks + [result(
+            'cdi.spec', False, 'no CDI spec for %s in %s' % (CDI_KIND, ' or '.join(cdi_dirs)),
+            'a CDI spec for %s' % CDI_KIND,
+            remedy='install nvidia-container-toolkit and run ' + regenerate,
+            message='no CDI spec for %s in %s; podman cannot pass GPUs to the container'
+                    % (CDI_KIND, ' or '.join(cdi_dirs)), fixable='cdi')]
+    # Which directories does podman read?
+    version = (podman or {}).get('version')
+    read_dirs, why = podman_cdi_dirs(version, configured_dirs, bad_versions, cdi_dirs)
+
+    def in_dirs(spec, dirs):
+        return any(spec['path'].startswith(d.rstrip('/') + '/') for d in dirs)
+
+    visible = [s for s in nvidia if in_dirs(s, read_dirs)]
+    if not visible:
+        where = sorted(set(s['path'].rsplit('/', 1)[0] for s in nvidia))
+        podman_desc = 'podman %s' % version if version else 'podman'
+        checks.append(result(
+            'cdi.location', False, 'spec in %s' % ', '.join(where), 'a spec in %s' % ' or '.join(read_dirs),
+            remedy='write the spec to /etc/cdi (%s) or set cdi_spec_dirs in containers.conf' % regenerate,
+            message='nvidia-ctk sees the spec in %s but %s only reads %s (%s); write the spec to /etc/cdi or set '
+                    'cdi_spec_dirs' % (', '.join(where), podman_desc, ' and '.join(read_dirs), why),
+            fixable='cdi'))
+        candidates = nvidia
+    else:
+        checks.append(result('cdi.location', True, ', '.join(s['path'] for s in visible),
+                             'a spec in %s' % ' or '.join(read_dirs),
+                             message='CDI spec %s is read by podman' % ', '.join(s['path'] for s in visible)))
+        candidates = visible
+    names = set()
+    for spec in candidates:
+        names.update(spec.get('devices') or [])
+    gpus = gpu.get('gpus') or []
+    missing = []
+    if 'all' not in names:
+        missing.append('all')
+    for g in gpus:
+        if str(g.get('index')) not in names and g.get('uuid') not in names:
+            missing.append(str(g.get('index')))
+    checks.append(result(
+        'cdi.devices', not missing,
+        ('%d devices; missing %s' % (len(names), ', '.join('%s=%s' % (CDI_KIND, m) for m in missing))) if missing
+        else '%d devices' % len(names),
+        '%s=all and every GPU (%d)' % (CDI_KIND, len(gpus)),
+        remedy='regenerate the spec: ' + regenerate,
+        message=(('CDI spec lacks %s' % ', '.join('%s=%s' % (CDI_KIND, m) for m in missing)) if missing else
+                 ('CDI spec lists %s=all and %d GPUs' % (CDI_KIND, len(gpus)))),
+        fixable='cdi' if missing else None))
+    for spec in candidates:
+        pinned = so_versions(spec.get('host_paths'))
+        other = [v for v in pinned if driver and not versions_equal(v, driver)]
+        missing_paths = spec.get('missing_host_paths') or []
+        if other or missing_paths:
+            built = ', '.join(other) if other else 'another driver'
+            checks.append(result(
+                'cdi.stale', False, 'built for %s, %d missing hostPath' % (built, len(missing_paths)),
+                'generated for driver %s' % driver,
+                remedy='regenerate the spec after every driver change: ' + regenerate,
+                message='CDI spec %s built for %s, driver is %s (%d missing hostPath%s)'
+                        % (spec['path'], built, driver or 'unknown', len(missing_paths),
+                           '' if len(missing_paths) == 1 else 's'),
+                missing_host_paths=missing_paths[:20], fixable='cdi'))
+        else:
+            checks.append(result('cdi.stale', True, spec['path'], 'generated for driver %s' % driver,
+                                 message='CDI spec %s matches driver %s' % (spec['path'], driver)))
+    return checks
+
+
+def disk_requirements(model_size_bytes, margin_pct, existing_model_bytes, image_free_bytes, tmp_free_bytes):
+    """Bytes needed per purpose: the snapshot (minus what is already downloaded) and image pulls."""
+    need_model = 0
+    if model_size_bytes:
+        need_model = int(model_size_bytes * (100 + (margin_pct or 0)) / 100.0) - int(existing_model_bytes or 0)
+        need_model = max(need_model, 0)
+    return {'hub_cache': need_model, 'graphroot': int(image_free_bytes or 0), 'tmpdir': int(tmp_free_bytes or 0)}
+
+
+def check_disk(paths, needs):
+    """Free space where each purpose writes, summed per filesystem.
+
+    ``paths``: purpose -> ``{'path', 'existing', 'device', 'free_bytes'}`` (from the gather module).
+    ``needs``: purpose -> bytes.
+    """
+    by_dev = {}
+    for purpose, info in sorted((paths or {}).items()):
+        if not info or info.get('free_bytes') is None:
+            continue
+        key = info.get('device', info.get('existing'))
+        entry = by_dev.setdefault(key, {'free': info['free_bytes'], 'need': 0, 'purposes': [],
+                                        'mount': info.get('existing')})
+        entry['need'] += int((needs or {}).get(purpose, 0))
+        entry['purposes'].append('%s (%s)' % (purpose, info.get('path')))
+    checks = []
+    for _key, entry in sorted(by_dev.items(), key=lambda kv: str(kv[0])):
+        ok = entry['free'] >= entry['need']
+        free, purposes = human_bytes(entry['free']), ', '.join(entry['purposes'])
+        checks.append(result(
+            'host.disk', ok, '%s free at %s' % (human_bytes(entry['free']), entry['mount']),
+            '>= %s for %s' % (human_bytes(entry['need']), ', '.join(entry['purposes'])),
+            remedy='free space or move preflight_hub_cache_dir / podman graphroot to a larger filesystem',
+            message=('%s free at %s for %s' % (free, entry['mount'], purposes)) if ok else
+                    ('need %s at %s for %s, %s free' % (human_bytes(entry['need']), entry['mount'], purposes, free))))
+    for purpose, info in sorted((paths or {}).items()):
+        if info and info.get('free_bytes') is None:
+            checks.append(result('host.disk', False, 'cannot stat %s' % info.get('path'), 'a readable filesystem',
+                                 remedy='check the path', level='warning',
+                                 message='cannot read free space for %s at %s' % (purpose, info.get('path'))))
+    return checks
+
+
+def check_shm(shm_bytes, tensor_parallel_size, ipc_host, min_mib):
+    """Shared memory for NCCL (F8): the host's /dev/shm with --ipc=host, the container default otherwise."""
+    if tensor_parallel_size <= 1:
+        return [result('host.shm', True, 'tensor_parallel_size=1', 'no NCCL shared memory needed',
+                       message='tensor_parallel_size=1: no NCCL shared memory needed')]
+    shm_mib = int(shm_bytes // MIB) if shm_bytes is not None else None
+    if ipc_host:
+        ok = shm_mib is not None and shm_mib >= min_mib
+        return [result(
+            'host.shm', ok, '/dev/shm %s MiB (service uses --ipc=host)' % shm_mib, '>= %d MiB' % min_mib,
+            remedy='enlarge /dev/shm on the host (tmpfs size=, e.g. 50% of RAM)',
+            message=('/dev/shm %s MiB' % shm_mib) if ok else
+                    ('tensor_parallel_size=%d with --ipc=host but host /dev/shm is %s MiB; NCCL needs >= %d MiB'
+                     % (tensor_parallel_size, shm_mib, min_mib)))]
+    return [result(
+        'host.shm', False, 'container /dev/shm left at the podman default (%d MiB); host /dev/shm %s MiB'
+        % (PODMAN_DEFAULT_SHM_MIB, shm_mib), '--ipc=host or shm size >= %d MiB' % min_mib,
+        remedy='run the service with --ipc=host (preflight_service_ipc_host: true) or --shm-size >= %d MiB' % min_mib,
+        level='warning',
+        message='tensor_parallel_size=%d but container /dev/shm left at default; add --ipc=host or shm size >= %d MiB '
+                '(NCCL fails to create its shared memory segments)' % (tensor_parallel_size, min_mib))]
+
+
+def check_selinux(mode):
+    mode = (mode or 'disabled').lower()
+    if mode == 'enforcing':
+        return [result('host.selinux', False, 'enforcing', 'container label handling for GPU devices',
+                       level='warning',
+                       remedy='the service must run with label handling for GPU devices (SecurityLabelDisable=true '
+                              'or the container_use_devices boolean) and :z on volumes',
+                       message='SELinux enforcing: the container needs label handling for /dev/nvidia* and volumes')]
+    return [result('host.selinux', True, mode, 'any', message='SELinux %s' % mode)]
+
+
+# --------------------------------------------------------------------------
+# everything together
+# --------------------------------------------------------------------------
+
+def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, variant_error=None,
+             tensor_parallel_size=8, podman_min_version='4.4', podman_bad_versions=None,
+             cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
+             shm_min_mib=1024, service_ipc_host=True, fabricmanager_unit='nvidia-fabricmanager',
+             fabric_waited_s=0):
+    """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``."""
+    facts = host_facts or {}
+    variant = variant or None
+    checks = []
+    checks += check_variant(variant, variant_error, host)
+    checks += check_driver(gpu, gpu_error, facts.get('kernel_module_version'),
+                           (variant or {}).get('min_driver'), facts.get('userspace_driver_versions'),
+                           facts.get('apt_nvidia_event'))
+    checks += check_gpus(gpu, tensor_parallel_size)
+    checks += check_fabric(gpu, facts.get('fabricmanager'), facts.get('nvswitch_count') or 0,
+                           unit=fabricmanager_unit, waited_s=fabric_waited_s)
+    podman = facts.get('podman') or {}
+    checks += check_podman(podman, podman_min_version, podman_bad_versions)
+    checks += check_cdi(gpu, facts.get('cdi_specs'), podman, facts.get('containers_conf_cdi_spec_dirs'),
+                        podman_bad_versions, cdi_dirs)
+    model_size = ((variant or {}).get('model') or {}).get('size_bytes')
+    needs = disk_requirements(model_size, disk_margin_pct, facts.get('hub_cache_model_bytes'),
+                              image_free_bytes, tmp_free_bytes)
+    checks += check_disk(facts.get('disk'), needs)
+    if variant and not model_size:
+        checks.append(result('host.disk_model_size', False, 'model.size_bytes unknown for %s' % variant.get('name'),
+                             'a known download size', level='warning',
+                             remedy='set model.size_bytes for this variant (preflight_variant_overrides)',
+                             message='free space for the model snapshot not checked: variant %s has no '
+                                     'model.size_bytes' % variant.get('name')))
+    checks += check_shm(facts.get('shm_bytes'), tensor_parallel_size, service_ipc_host, shm_min_mib)
+    checks += check_selinux(facts.get('selinux'))
+    failures = [c for c in checks if not c['ok'] and c['level'] == 'error']
+    warnings = [c for c in checks if not c['ok'] and c['level'] == 'warning']
+    fixable = sorted(set(c['fixable'] for c in failures + warnings if c.get('fixable')))
+    return {
+        'host': host,
+        'ok': not failures,
+        'checks': checks,
+        'failures': failures,
+        'warnings': warnings,
+        'fixable': fixable,
+        'fabric_pending': fabric_in_progress(gpu),
+    }
+
+
+def summary(report):
+    """One message naming the host and every failure, for ``fail``."""
+    count = len(report['failures'])
+    lines = ['%s: preflight failed (%d problem%s):' % (report['host'], count, '' if count == 1 else 's')]
+    for fail in report['failures']:
+        lines.append('- [%s] %s; remedy: %s' % (fail['check'], fail['message'], fail['remedy']))
+    return '\n'.join(lines)

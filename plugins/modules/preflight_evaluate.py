@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: preflight_evaluate
+short_description: Judge whether a GPU host can serve a model variant
+version_added: "0.1.0"
+description:
+  - Runs every preflight check on facts already gathered (M(inkling.fleet.nvidia_gpu_info),
+    M(inkling.fleet.preflight_host_facts), M(inkling.fleet.inkling_variant)) and returns all results at once,
+    each with what was C(found), what is C(expected) and the C(remedy).
+  - Checks the driver (NVML answers, kernel module loaded and equal to the driver, at or above the variant's
+    minimum), the GPUs (count equals the tensor parallel size, MIG off, persistence on, no uncorrected ECC
+    errors, no pending or failed row remapping), the fabric (fabric manager installed, active and of the
+    driver's version where the host sees NVSwitch devices; fabric state Completed/Success wherever a GPU
+    reports one), CDI (a spec listing C(nvidia.com/gpu=all) and every GPU, made for the running driver, in a
+    directory podman reads), podman (present, new enough, not a known-bad release), disk space, shared memory
+    and SELinux.
+  - Never fails itself; the caller decides what to do with C(ok).
+  - Pure computation; it reads nothing on the host.
+author:
+  - inkling.fleet contributors (!UNKNOWN)
+options:
+  host:
+    description: Host name used in messages.
+    type: str
+    required: true
+  gpu:
+    description: The C(nvidia_gpu) facts; omit when M(inkling.fleet.nvidia_gpu_info) failed.
+    type: dict
+  gpu_error:
+    description: The error message of M(inkling.fleet.nvidia_gpu_info) when it failed.
+    type: str
+  host_facts:
+    description: The C(host_facts) of M(inkling.fleet.preflight_host_facts).
+    type: dict
+    required: true
+  variant:
+    description: The variant picked by M(inkling.fleet.inkling_variant); omit when none fits.
+    type: dict
+  variant_error:
+    description: Why no variant was picked.
+    type: str
+  tensor_parallel_size:
+    description: GPUs the model is served on; the host must have exactly this many.
+    type: int
+    default: 8
+  podman_min_version:
+    description: Oldest podman the service supports (quadlet needs 4.4).
+    type: str
+    default: '4.4'
+  podman_bad_versions:
+    description:
+      - podman releases known to break something the service uses.
+      - Each has C(version), C(reason), optionally C(remedy) and C(cdi_spec_dirs) (the only CDI directories
+        that release reads; then the CDI check decides, and the release alone is a warning).
+    type: list
+    elements: dict
+    default: []
+  cdi_dirs:
+    description: CDI directories podman reads by default.
+    type: list
+    elements: path
+    default: [/etc/cdi, /var/run/cdi]
+  disk_margin_pct:
+    description: Margin added to the model size for the hub cache free space check, in percent.
+    type: int
+    default: 10
+  image_free_bytes:
+    description: Free space needed in podman's graph root for image pulls.
+    type: int
+    default: 0
+  tmp_free_bytes:
+    description: Free space needed in podman's temporary directory for image pulls.
+    type: int
+    default: 0
+  shm_min_mib:
+    description: Shared memory NCCL needs at the tensor parallel size, in MiB.
+    type: int
+    default: 1024
+  service_ipc_host:
+    description: Whether the service runs the container with C(--ipc=host) (then the host's C(/dev/shm) counts).
+    type: bool
+    default: true
+  fabricmanager_unit:
+    description: systemd unit of the fabric manager, for messages.
+    type: str
+    default: nvidia-fabricmanager
+  fabric_waited_s:
+    description: Seconds already spent waiting for fabric registration, for messages.
+    type: int
+    default: 0
+notes:
+  - Supports check mode.
+seealso:
+  - module: inkling.fleet.preflight_host_facts
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+'''
+
+EXAMPLES = r'''
+- name: Evaluate preflight checks
+  inkling.fleet.preflight_evaluate:
+    host: "{{ inventory_hostname }}"
+    gpu: "{{ gpu_info.nvidia_gpu | default(omit) }}"
+    gpu_error: "{{ gpu_info.msg | default(omit) if gpu_info.nvidia_gpu is not defined else omit }}"
+    host_facts: "{{ host_facts.host_facts }}"
+    variant: "{{ variant_result.variant | default(omit) }}"
+    tensor_parallel_size: 8
+  register: preflight
+'''
+
+RETURN = r'''
+report:
+  description: The result of every check (the top-level key C(warnings) is reserved by Ansible, hence the nesting).
+  returned: always
+  type: dict
+  contains:
+    ok:
+      description: True when no check of level C(error) failed.
+      type: bool
+    checks:
+      description: Every check, each with C(check), C(ok), C(level) (C(error) or C(warning)), C(found), C(expected), C(remedy), C(message).
+      type: list
+      elements: dict
+      sample:
+        - check: gpu.count
+          ok: false
+          level: error
+          found: 7
+          expected: 8
+          remedy: a GPU is missing or was not detected ...
+          message: expected 8 GPUs for tensor_parallel_size=8, found 7
+    failures:
+      description: The failed checks of level C(error).
+      type: list
+      elements: dict
+    warnings:
+      description: The failed checks of level C(warning).
+      type: list
+      elements: dict
+    fixable:
+      description: What C(preflight_fix) can repair among the failures (C(persistence), C(cdi), C(fabricmanager)).
+      type: list
+      elements: str
+    fabric_pending:
+      description: True when a GPU's fabric registration is still in progress (worth a bounded wait).
+      type: bool
+summary:
+  description: One message naming the host and every failure with its remedy.
+  returned: always
+  type: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            host=dict(type='str', required=True),
+            gpu=dict(type='dict'),
+            gpu_error=dict(type='str'),
+            host_facts=dict(type='dict', required=True),
+            variant=dict(type='dict'),
+            variant_error=dict(type='str'),
+            tensor_parallel_size=dict(type='int', default=8),
+            podman_min_version=dict(type='str', default='4.4'),
+            podman_bad_versions=dict(type='list', elements='dict', default=[]),
+            cdi_dirs=dict(type='list', elements='path', default=['/etc/cdi', '/var/run/cdi']),
+            disk_margin_pct=dict(type='int', default=10),
+            image_free_bytes=dict(type='int', default=0),
+            tmp_free_bytes=dict(type='int', default=0),
+            shm_min_mib=dict(type='int', default=1024),
+            service_ipc_host=dict(type='bool', default=True),
+            fabricmanager_unit=dict(type='str', default='nvidia-fabricmanager'),
+            fabric_waited_s=dict(type='int', default=0),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    report = pc.evaluate(
+        p['host'], gpu=p['gpu'], gpu_error=p['gpu_error'], host_facts=p['host_facts'],
+        variant=p['variant'], variant_error=p['variant_error'],
+        tensor_parallel_size=p['tensor_parallel_size'], podman_min_version=p['podman_min_version'],
+        podman_bad_versions=p['podman_bad_versions'], cdi_dirs=p['cdi_dirs'],
+        disk_margin_pct=p['disk_margin_pct'], image_free_bytes=p['image_free_bytes'],
+        tmp_free_bytes=p['tmp_free_bytes'], shm_min_mib=p['shm_min_mib'],
+        service_ipc_host=p['service_ipc_host'], fabricmanager_unit=p['fabricmanager_unit'],
+        fabric_waited_s=p['fabric_waited_s'])
+    module.exit_json(changed=False, summary=pc.summary(report), report=report)
+
+
+if __name__ == '__main__':
+    main()

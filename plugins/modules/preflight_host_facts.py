@@ -1,0 +1,403 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: preflight_host_facts
+short_description: Gather the host state a GPU model server depends on (read-only)
+version_added: "0.1.0"
+description:
+  - Reads, without changing anything, what C(inkling.fleet.preflight) checks besides the GPUs themselves
+    (those come from M(inkling.fleet.nvidia_gpu_info)).
+  - The loaded NVIDIA kernel module version (from the driver version file), the user-space driver
+    library versions (C(libnvidia-ml.so.*)) and the last apt history entry that changed an NVIDIA package.
+  - The fabric manager unit state (C(systemctl show)) and version (C(nv-fabricmanager --version), then the
+    package database through C(dpkg-query) or C(rpm)), and the NVSwitch devices the host sees (C(lspci -d 10de:)).
+  - CDI specs for C(nvidia.com/gpu) in the given directories (device names, hostPaths, which hostPaths are missing)
+    and C(cdi_spec_dirs) set in containers.conf.
+  - The podman version, graph root and temporary directory; free space where the hub cache, the graph root and
+    the temporary directory live (nearest existing parent); bytes already downloaded for the model; the size of
+    C(/dev/shm); the SELinux mode.
+  - A missing tool (no podman, no lspci, no systemd) is reported in the facts, never an error.
+author:
+  - inkling.fleet contributors (!UNKNOWN)
+options:
+  driver_version_file:
+    description: File with the kernel module version, as C(/proc/driver/nvidia/version) prints it.
+    type: path
+    default: /proc/driver/nvidia/version
+  fabricmanager_unit:
+    description: systemd unit of the NVIDIA fabric manager.
+    type: str
+    default: nvidia-fabricmanager
+  fabricmanager_path:
+    description: The fabric manager binary, asked for its version.
+    type: str
+    default: nv-fabricmanager
+  cdi_dirs:
+    description: Directories searched for CDI specs (C(*.yaml), C(*.yml), C(*.json)).
+    type: list
+    elements: path
+    default: [/etc/cdi, /var/run/cdi]
+  podman_path:
+    description: The podman binary (name on C(PATH) or absolute path).
+    type: str
+    default: podman
+  lspci_path:
+    description: The lspci binary.
+    type: str
+    default: lspci
+  hub_cache_dir:
+    description: The Hugging Face hub cache directory the model is downloaded to (it may not exist yet).
+    type: path
+    required: true
+  model:
+    description: Model repository id, to count bytes already in the hub cache (C(models--org--name/blobs)).
+    type: str
+  shm_path:
+    description: The shared memory mount.
+    type: path
+    default: /dev/shm
+  containers_conf:
+    description: containers.conf files and drop-in directories read for C(cdi_spec_dirs) and C(image_copy_tmp_dir).
+    type: list
+    elements: path
+    default: [/usr/share/containers/containers.conf, /etc/containers/containers.conf, /etc/containers/containers.conf.d]
+  apt_history:
+    description: apt history log, read to name what last changed NVIDIA packages.
+    type: path
+    default: /var/log/apt/history.log
+notes:
+  - Supports check mode; the module never changes the host.
+  - CDI specs are parsed with PyYAML when the host has it, otherwise with a line reader that handles what
+    C(nvidia-ctk cdi generate) writes.
+seealso:
+  - module: inkling.fleet.nvidia_gpu_info
+  - module: inkling.fleet.preflight_evaluate
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+'''
+
+EXAMPLES = r'''
+- name: Gather host facts for preflight
+  inkling.fleet.preflight_host_facts:
+    hub_cache_dir: /var/lib/inkling/huggingface/hub
+    model: thinkingmachines/Inkling-NVFP4
+  register: host_facts
+'''
+
+RETURN = r'''
+host_facts:
+  description: What was found on the host.
+  returned: always
+  type: dict
+  contains:
+    kernel_module_version:
+      description: Loaded NVIDIA kernel module version, null when the version file is missing.
+      type: str
+      sample: 580.159.04
+    userspace_driver_versions:
+      description: Versions of the C(libnvidia-ml.so.*) libraries installed.
+      type: list
+      elements: str
+      sample: [580.159.04]
+    apt_nvidia_event:
+      description: Last apt history entry that installed or upgraded an NVIDIA package (C(commandline), C(start_date), C(packages)).
+      type: dict
+    fabricmanager:
+      description: Fabric manager unit C(installed) (bool), C(active) (bool), C(state), C(version), C(version_source).
+      type: dict
+      sample: {installed: true, active: true, state: active, version: 580.159.04, version_source: nv-fabricmanager}
+    nvswitch_count:
+      description: NVSwitch devices in C(lspci -d 10de:); null when lspci is missing.
+      type: int
+      sample: 4
+    lspci_nvidia:
+      description: The C(lspci -d 10de:) lines.
+      type: list
+      elements: str
+    cdi_specs:
+      description: CDI specs found (C(path), C(kind), C(devices), C(host_paths), C(missing_host_paths), C(error)).
+      type: list
+      elements: dict
+    containers_conf_cdi_spec_dirs:
+      description: C(cdi_spec_dirs) set in containers.conf, null when unset.
+      type: list
+      elements: str
+    podman:
+      description: C(found), C(path), C(version), C(graph_root), C(tmp_dir), C(error).
+      type: dict
+      sample: {found: true, version: 5.4.2, graph_root: /var/lib/containers/storage, tmp_dir: /var/tmp}
+    disk:
+      description: For C(hub_cache), C(graphroot) and C(tmpdir), the C(path), nearest C(existing) parent, C(device) and C(free_bytes).
+      type: dict
+    hub_cache_model_bytes:
+      description: Bytes already under the model's C(blobs/) in the hub cache.
+      type: int
+    shm_bytes:
+      description: Size of C(/dev/shm) in bytes, null when absent.
+      type: int
+    selinux:
+      description: C(enforcing), C(permissive) or C(disabled).
+      type: str
+    nvidia_ctk_path:
+      description: Path of C(nvidia-ctk) (NVIDIA Container Toolkit), null when not installed.
+      type: str
+'''
+
+import glob
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
+
+try:
+    import yaml
+    YAML_LOAD = yaml.safe_load
+except ImportError:  # pragma: no cover - depends on the host
+    YAML_LOAD = None
+
+LIB_GLOBS = ['/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*', '/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*',
+             '/usr/lib64/libnvidia-ml.so.*', '/usr/lib/libnvidia-ml.so.*']
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+
+
+def read_text(path, limit=MAX_SPEC_BYTES):
+    try:
+        with open(path, 'r') as handle:
+            return handle.read(limit)
+    except (IOError, OSError):
+        return None
+
+
+def run(module, args):
+    """rc, stdout, stderr; rc None when the binary is missing."""
+    binary = args[0]
+    if os.path.sep not in binary:
+        # PATH first (get_bin_path adds the sbin directories after it).
+        found = module.get_bin_path(binary)
+        if not found:
+            return None, '', '%s not found' % binary
+        args = [found] + list(args[1:])
+    elif not os.access(binary, os.X_OK):
+        return None, '', '%s not found' % binary
+    rc, out, err = module.run_command(args, environ_update={'LC_ALL': 'C'})
+    return rc, out, err
+
+
+def nearest_existing(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def disk_info(path):
+    existing = nearest_existing(path)
+    try:
+        st = os.statvfs(existing)
+        dev = os.stat(existing).st_dev
+    except OSError:
+        return {'path': path, 'existing': existing, 'device': None, 'free_bytes': None}
+    return {'path': path, 'existing': existing, 'device': dev, 'free_bytes': st.f_bavail * st.f_frsize}
+
+
+def fabricmanager_facts(module):
+    unit = module.params['fabricmanager_unit']
+    fm = {'unit': unit, 'installed': False, 'active': False, 'state': None, 'version': None, 'version_source': None}
+    rc, out, _err = run(module, ['systemctl', 'show', unit, '--property=LoadState,ActiveState,SubState'])
+    if rc == 0:
+        props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
+        fm['installed'] = props.get('LoadState') == 'loaded'
+        fm['state'] = props.get('ActiveState')
+        fm['active'] = props.get('ActiveState') == 'active'
+    rc, out, err = run(module, [module.params['fabricmanager_path'], '--version'])
+    if rc is not None:
+        fm['version'] = pc.parse_fabricmanager_version(out + '\n' + err)
+        fm['version_source'] = module.params['fabricmanager_path'] if fm['version'] else None
+    if not fm['version']:
+        rc, out, _err = run(module, ['dpkg-query', '-W', '-f=${Package} ${Version} ${db:Status-Abbrev}\n',
+                                     'nvidia-fabricmanager*', 'cuda-drivers-fabricmanager*'])
+        if rc is not None:
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) >= 3 and parts[2].startswith('ii') and 'fabricmanager' in parts[0]:
+                    fm['version'] = pc.parse_package_version(parts[1])
+                    fm['version_source'] = 'dpkg:%s' % parts[0]
+                    break
+    if not fm['version']:
+        rc, out, _err = run(module, ['rpm', '-q', '--qf', '%{NAME} %{VERSION}\n',
+                                     'nvidia-fabric-manager', 'nvidia-fabricmanager'])
+        if rc is not None:
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) == 2 and 'not installed' not in line:
+                    fm['version'] = pc.parse_package_version(parts[1])
+                    fm['version_source'] = 'rpm:%s' % parts[0]
+                    break
+    if fm['version'] and not fm['installed'] and fm['state'] is None:
+        fm['installed'] = True
+    return fm
+
+
+def conf_files(paths):
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            files.extend(sorted(glob.glob(os.path.join(path, '*.conf'))))
+        elif os.path.isfile(path):
+            files.append(path)
+    return files
+
+
+def containers_conf(paths):
+    cdi_dirs, tmp_dir = None, None
+    for path in conf_files(paths):
+        text = read_text(path) or ''
+        dirs = pc.parse_containers_conf_cdi_dirs(text)
+        if dirs is not None:
+            cdi_dirs = dirs
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith('image_copy_tmp_dir'):
+                value = line.split('=', 1)[1].strip().strip('"\'')
+                if value.startswith('/'):
+                    tmp_dir = value
+    return cdi_dirs, tmp_dir
+
+
+def podman_facts(module, tmp_dir):
+    podman = {'found': False, 'path': module.params['podman_path'], 'version': None,
+              'graph_root': '/var/lib/containers/storage', 'tmp_dir': tmp_dir or '/var/tmp', 'error': None}
+    rc, out, err = run(module, [module.params['podman_path'], '--version'])
+    if rc is None:
+        podman['error'] = '%s not found' % module.params['podman_path']
+        return podman
+    if rc != 0:
+        podman['error'] = (err or out).strip()
+        return podman
+    podman['found'] = True
+    podman['version'] = pc.parse_podman_version(out)
+    rc, out, err = run(module, [module.params['podman_path'], 'info', '--format', 'json'])
+    if rc == 0:
+        try:
+            info = json.loads(out)
+            podman['graph_root'] = (info.get('store') or {}).get('graphRoot') or podman['graph_root']
+        except ValueError:
+            podman['error'] = 'podman info: unreadable JSON'
+    else:
+        podman['error'] = 'podman info failed: %s' % (err or out).strip()[:500]
+    return podman
+
+
+def cdi_specs(dirs):
+    specs = []
+    for directory in dirs:
+        for path in sorted(glob.glob(os.path.join(directory, '*'))):
+            if not path.endswith(('.yaml', '.yml', '.json')) or not os.path.isfile(path):
+                continue
+            text = read_text(path)
+            if text is None:
+                specs.append({'path': path, 'kind': None, 'devices': [], 'host_paths': [],
+                              'error': 'cannot read %s' % path, 'missing_host_paths': []})
+                continue
+            spec = pc.parse_cdi_spec(text, path, YAML_LOAD)
+            spec['missing_host_paths'] = [p for p in spec['host_paths'] if not os.path.exists(p)]
+            specs.append(spec)
+    return specs
+
+
+def blobs_bytes(hub_cache_dir, model):
+    if not model:
+        return 0
+    blobs = os.path.join(hub_cache_dir, 'models--' + model.replace('/', '--'), 'blobs')
+    total = 0
+    for entry in glob.glob(os.path.join(blobs, '*')):
+        if entry.endswith('.incomplete'):
+            continue
+        try:
+            st = os.lstat(entry)
+        except OSError:
+            continue
+        total += st.st_size
+    return total
+
+
+def selinux_mode(module):
+    rc, out, _err = run(module, ['getenforce'])
+    if rc == 0 and out.strip():
+        return out.strip().lower()
+    text = read_text('/sys/fs/selinux/enforce')
+    if text is None:
+        return 'disabled'
+    return 'enforcing' if text.strip() == '1' else 'permissive'
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            driver_version_file=dict(type='path', default='/proc/driver/nvidia/version'),
+            fabricmanager_unit=dict(type='str', default='nvidia-fabricmanager'),
+            fabricmanager_path=dict(type='str', default='nv-fabricmanager'),
+            cdi_dirs=dict(type='list', elements='path', default=['/etc/cdi', '/var/run/cdi']),
+            podman_path=dict(type='str', default='podman'),
+            lspci_path=dict(type='str', default='lspci'),
+            hub_cache_dir=dict(type='path', required=True),
+            model=dict(type='str'),
+            shm_path=dict(type='path', default='/dev/shm'),
+            containers_conf=dict(type='list', elements='path',
+                                 default=['/usr/share/containers/containers.conf', '/etc/containers/containers.conf',
+                                          '/etc/containers/containers.conf.d']),
+            apt_history=dict(type='path', default='/var/log/apt/history.log'),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    facts = {}
+    facts['kernel_module_version'] = pc.parse_driver_version_file(read_text(p['driver_version_file']))
+    versions = set()
+    for pattern in LIB_GLOBS:
+        for lib in glob.glob(pattern):
+            ver = pc.version_str(lib.rsplit('.so.', 1)[-1])
+            if ver and ver.count('.') >= 1:
+                versions.add(ver)
+    facts['userspace_driver_versions'] = sorted(versions, key=pc.parse_version)
+    facts['apt_nvidia_event'] = pc.parse_apt_history_nvidia(read_text(p['apt_history'], 16 * 1024 * 1024))
+    facts['fabricmanager'] = fabricmanager_facts(module)
+    rc, out, err = run(module, [p['lspci_path'], '-d', '10de:'])
+    facts['lspci_nvidia'] = out.splitlines() if rc == 0 else []
+    facts['nvswitch_count'] = pc.count_nvswitch(out) if rc == 0 else None
+    facts['lspci_error'] = None if rc == 0 else (err or out).strip()
+    facts['cdi_specs'] = cdi_specs(p['cdi_dirs'])
+    conf_cdi_dirs, tmp_dir = containers_conf(p['containers_conf'])
+    facts['containers_conf_cdi_spec_dirs'] = conf_cdi_dirs
+    facts['podman'] = podman_facts(module, tmp_dir)
+    facts['disk'] = {
+        'hub_cache': disk_info(p['hub_cache_dir']),
+        'graphroot': disk_info(facts['podman']['graph_root']),
+        'tmpdir': disk_info(facts['podman']['tmp_dir']),
+    }
+    facts['hub_cache_model_bytes'] = blobs_bytes(p['hub_cache_dir'], p['model'])
+    try:
+        st = os.statvfs(p['shm_path'])
+        facts['shm_bytes'] = st.f_blocks * st.f_frsize
+    except OSError:
+        facts['shm_bytes'] = None
+    facts['selinux'] = selinux_mode(module)
+    facts['nvidia_ctk_path'] = module.get_bin_path('nvidia-ctk')
+    module.exit_json(changed=False, host_facts=facts)
+
+
+if __name__ == '__main__':
+    main()
