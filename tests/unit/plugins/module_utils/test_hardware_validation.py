@@ -85,3 +85,36 @@ def test_real_fabric_and_health_csv_parses():
     assert nvidia_smi.to_bool(rows[0]['mig.mode.current']) is False
     assert nvidia_smi.to_bool(rows[0]['remapped_rows.pending']) is False
     assert nvidia_smi.split_cap(rows[1]['compute_cap'])[1:] == (9, 0)
+
+
+def _preflight_report(name):
+    with open(os.path.join(RUN, 'preflight', 'report-%s.json' % name)) as f:
+        return json.load(f)
+
+
+def test_real_preflight_report_says_exactly_no_podman_and_no_cdi_spec():
+    """The bare 2x H200 host, preflighted for Inkling-Small-NVFP4 at TP 2."""
+    report = _preflight_report('small-tp2')
+    assert report['ok'] is False
+    assert [f['check'] for f in report['failures']] == ['podman.version', 'cdi.spec']
+    assert 'podman is not installed' in report['failures'][0]['message']
+    assert 'no CDI spec' in report['failures'][1]['message']
+    assert report['variant']['name'] == 'sm90-small-tp2'
+
+
+def test_preflight_checks_on_real_facts_give_the_real_failures():
+    """Re-evaluating the facts gathered on the real host gives the same failures offline."""
+    from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks
+    report = _preflight_report('small-tp2')
+    facts = report['facts']
+    again = preflight_checks.evaluate('localhost', gpu=facts['gpu'], gpu_error=facts['gpu_error'],
+                                      host_facts=facts['host'], variant=report['variant'],
+                                      tensor_parallel_size=2)
+    assert [f['check'] for f in again['failures']] == ['podman.version', 'cdi.spec']
+
+
+def test_real_preflight_default_tp8_is_refused_on_two_gpus():
+    report = _preflight_report('default-tp8')
+    checks = [f['check'] for f in report['failures']]
+    assert checks[:2] == ['variant', 'gpu.count']
+    assert 'expected 8 GPUs for tensor_parallel_size=8, found 2' in report['failures'][1]['message']
