@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Build the vLLM stand-in images for the lab without pulling anything:
+#   localhost/inkling-vllm-standin:lab  (healthy)
+#   localhost/inkling-vllm-standin:bad  (same files, ENV STANDIN_FAULT=never_healthy)
+# The root filesystem is the python3 interpreter, the stdlib modules the stand-in
+# imports, and their shared libraries, copied out of the lab host image
+# (Debian trixie). Entrypoint ["/usr/local/bin/vllm", "serve"], as the real image.
+# Idempotent: does nothing when both images exist and the stand-in is unchanged,
+# unless FORCE=1.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/../conf/containers.conf}
+host_image=${LAB_HOST_IMAGE:-localhost/inkling-lab-host:trixie}
+repo=${STANDIN_IMAGE_REPO:-localhost/inkling-vllm-standin}
+src_sum=$(cat "$here/vllm" "$0" | sha256sum | cut -c1-16)
+
+if [ "${FORCE:-0}" != 1 ] && podman image exists "$repo:lab" && podman image exists "$repo:bad" &&
+   [ "$(podman image inspect --format '{{ index .Config.Labels "org.inkling.standin.source" }}' "$repo:lab")" = "$src_sum" ]; then
+  echo "standin: $repo:lab and :bad already built from this source"
+  exit 0
+fi
+podman image exists "$host_image" || { echo "standin: $host_image missing; run lab/images/build-host-image.sh" >&2; exit 1; }
+
+work=$(mktemp -d /var/tmp/inkling-standin.XXXXXX)
+ctr=""
+cleanup() { [ -n "$ctr" ] && podman rm -f "$ctr" >/dev/null 2>&1; rm -rf "$work"; }
+trap cleanup EXIT
+ctr=$(podman create "$host_image" /bin/true)
+mkdir -p "$work/src" "$work/root"
+podman export "$ctr" | tar -C "$work/src" -x \
+  --wildcards 'usr/bin/python3*' 'usr/lib/python3*' 'usr/lib/x86_64-linux-gnu/*'
+src=$work/src root=$work/root
+pybin=$(readlink -f "$src/usr/bin/python3"); pyname=$(basename "$pybin")
+pyver=${pyname#python}
+stdlib=usr/lib/python$pyver
+
+mkdir -p "$root/usr/bin" "$root/usr/local/bin" "$root/$stdlib" "$root/tmp" "$root/root" "$root/etc" \
+         "$root/usr/lib/x86_64-linux-gnu" "$root/lib64" "$root/proc" "$root/sys" "$root/dev" "$root/run"
+chmod 1777 "$root/tmp"
+cp -a "$pybin" "$root/usr/bin/"
+ln -s "$pyname" "$root/usr/bin/python3"
+# Stdlib: everything pure-Python except tests, GUI, docs tooling and bytecode of removed parts.
+(cd "$src/$stdlib" && tar -c --exclude='test' --exclude='tests' --exclude='idlelib' --exclude='tkinter' \
+   --exclude='turtledemo' --exclude='ensurepip' --exclude='lib2to3' --exclude='pydoc_data' \
+   --exclude='config-*' --exclude='site-packages' --exclude='dist-packages' --exclude='__pycache__' \
+   --exclude='sqlite3' --exclude='curses' --exclude='dbm' --exclude='unittest' --exclude='venv' .) |
+  tar -C "$root/$stdlib" -x
+# Native modules the stand-in may load, and every shared library they need.
+keep_dyn='_asyncio|_bz2|_contextvars|_ctypes|_datetime|_decimal|_hashlib|_heapq|_json|_lzma|_md5|_opcode|_posixsubprocess|_queue|_random|_sha1|_sha2|_sha3|_blake2|_socket|_ssl|_struct|_zoneinfo|array|binascii|fcntl|math|mmap|resource|select|termios|unicodedata|zlib|_bisect|_statistics|_uuid|_multiprocessing|_pickle|_csv|_typing'
+mkdir -p "$root/$stdlib/lib-dynload"
+for so in "$src/$stdlib"/lib-dynload/*.so; do
+  base=$(basename "$so"); mod=${base%%.*}
+  if [[ "$mod" =~ ^($keep_dyn)$ ]]; then cp -a "$so" "$root/$stdlib/lib-dynload/"; fi
+done
+# Resolve shared-library dependencies inside the extracted tree (ldd on the host's loader).
+needed() { objdump -p "$1" 2>/dev/null | awk '/NEEDED/ {print $2}'; }
+if ! command -v objdump >/dev/null; then
+  needed() { readelf -d "$1" 2>/dev/null | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'; }
+fi
+queue=("$root/usr/bin/$pyname" "$root/$stdlib"/lib-dynload/*.so)
+declare -A seen=()
+while [ ${#queue[@]} -gt 0 ]; do
+  f=${queue[0]}; queue=("${queue[@]:1}")
+  for lib in $(needed "$f"); do
+    [ -n "${seen[$lib]:-}" ] && continue
+    seen[$lib]=1
+    path=$src/usr/lib/x86_64-linux-gnu/$lib
+    [ -e "$path" ] || { echo "standin: cannot find $lib needed by $f" >&2; exit 1; }
+    cp -aL "$path" "$root/usr/lib/x86_64-linux-gnu/$lib"
+    queue+=("$root/usr/lib/x86_64-linux-gnu/$lib")
+  done
+done
+[ -e "$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" ] ||
+  cp -aL "$src/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" "$root/usr/lib/x86_64-linux-gnu/"
+ln -s /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/lib64/ld-linux-x86-64.so.2"
+ln -s usr/lib "$root/lib"
+# Minimal /etc: users for getpwuid, hosts for localhost.
+printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+printf '127.0.0.1 localhost\n::1 localhost\n' > "$root/etc/hosts"
+# No /usr/bin/env in the image: point the shebang at the interpreter directly.
+sed "1s|.*|#!/usr/bin/python3|" "$here/vllm" > "$root/usr/local/bin/vllm"
+chmod 0755 "$root/usr/local/bin/vllm"
+# Precompile bytecode so start-up does not try to write into the image.
+chroot "$root" /usr/bin/python3 -m compileall -q -j0 "/$stdlib" /usr/local/bin >/dev/null 2>&1 || true
+# Smoke test inside the tree before importing.
+chroot "$root" /usr/bin/python3 -c 'import http.server, json, argparse, threading, signal, re; print("ok")' >/dev/null
+size=$(du -sm "$root" | cut -f1)
+echo "standin: rootfs ${size} MB"
+
+common=(--change 'ENTRYPOINT ["/usr/local/bin/vllm", "serve"]'
+        --change 'ENV PATH=/usr/local/bin:/usr/bin' --change 'ENV HOME=/root'
+        --change 'ENV PYTHONDONTWRITEBYTECODE=1' --change 'ENV PYTHONUNBUFFERED=1'
+        --change 'EXPOSE 8000'
+        --change "LABEL org.inkling.standin.source=$src_sum")
+tar -C "$root" -c . | podman import -q "${common[@]}" - "$repo:lab" >/dev/null
+tar -C "$root" -c . | podman import -q "${common[@]}" --change 'ENV STANDIN_FAULT=never_healthy' - "$repo:bad" >/dev/null
+for t in lab bad; do
+  echo "standin: built $repo:$t ($(podman image inspect --format '{{.Size}}' "$repo:$t") bytes, id $(podman image inspect --format '{{.Id}}' "$repo:$t" | cut -c1-12))"
+done
