@@ -1,0 +1,670 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Hugging Face hub cache layout, verification and manifest for inkling.fleet.
+
+Pure standard library so that it can be unit-tested without Ansible or
+huggingface_hub. The layout is the one huggingface_hub writes::
+
+    <cache_dir>/models--ORG--NAME/
+        blobs/<etag>                 file content; etag = LFS sha256 or git blob sha1
+        snapshots/<commit>/<path>    relative symlink -> ../../blobs/<etag>
+        refs/<branch-or-tag>         file holding the 40-hex commit
+        .inkling/<commit>.json       our manifest (written after verification)
+        .inkling/<commit>.complete   our completion marker (written last)
+
+Field failures covered: F10 (dangling links after a copy), F11 (partial
+snapshot that looks complete: ``.incomplete`` blobs, short blobs, no space).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import time
+
+MANIFEST_VERSION = 1
+STATE_DIRNAME = '.inkling'
+HASH_CHUNK = 8 * 1024 * 1024
+COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
+SAFETENSORS_INDEX = 'model.safetensors.index.json'
+
+
+class HfCacheError(Exception):
+    """An error with a message meant for the operator."""
+
+
+# --------------------------------------------------------------------------
+# names and paths
+# --------------------------------------------------------------------------
+
+def is_commit(revision):
+    return bool(revision) and bool(COMMIT_RE.match(revision))
+
+
+def repo_folder_name(repo_id, repo_type='model'):
+    if not repo_id or repo_id.count('/') != 1 or repo_id.startswith('/') or repo_id.endswith('/'):
+        raise HfCacheError("repo_id %r must look like ORG/NAME" % (repo_id,))
+    return '%ss--%s' % (repo_type, repo_id.replace('/', '--'))
+
+
+def repo_dir(cache_dir, repo_id):
+    return os.path.join(cache_dir, repo_folder_name(repo_id))
+
+
+def state_dir(rdir):
+    return os.path.join(rdir, STATE_DIRNAME)
+
+
+def manifest_path(rdir, commit):
+    return os.path.join(state_dir(rdir), commit + '.json')
+
+
+def marker_path(rdir, commit):
+    return os.path.join(state_dir(rdir), commit + '.complete')
+
+
+def plan_path(rdir, commit):
+    return os.path.join(state_dir(rdir), commit + '.plan.json')
+
+
+def hashed_path(rdir, commit):
+    return os.path.join(state_dir(rdir), commit + '.hashed.json')
+
+
+def blob_path(rdir, etag):
+    return os.path.join(rdir, 'blobs', etag)
+
+
+def incomplete_path(rdir, etag):
+    return blob_path(rdir, etag) + '.incomplete'
+
+
+def link_path(rdir, commit, rel):
+    return os.path.join(rdir, 'snapshots', commit, *rel.split('/'))
+
+
+def link_target(rdir, commit, rel, etag):
+    """Relative target of the snapshot link, as huggingface_hub writes it."""
+    link = link_path(rdir, commit, rel)
+    return os.path.relpath(blob_path(rdir, etag), os.path.dirname(link))
+
+
+def safe_rel_path(rel):
+    """Refuse repository paths that would escape the snapshot directory."""
+    if not rel or rel.startswith('/') or '\\' in rel:
+        raise HfCacheError('unsafe file name in repository: %r' % (rel,))
+    parts = rel.split('/')
+    if any(p in ('', '.', '..') for p in parts):
+        raise HfCacheError('unsafe file name in repository: %r' % (rel,))
+    return rel
+
+
+# --------------------------------------------------------------------------
+# revision metadata
+# --------------------------------------------------------------------------
+
+class FileEntry(object):
+    """One file of a revision, as the hub describes it."""
+
+    __slots__ = ('path', 'size', 'etag', 'lfs')
+
+    def __init__(self, path, size, etag, lfs):
+        self.path = safe_rel_path(path)
+        self.size = int(size)
+        self.etag = etag
+        self.lfs = bool(lfs)
+        if not re.match(r'^[0-9a-f]{40}$|^[0-9a-f]{64}$', etag or ''):
+            raise HfCacheError('file %s: hub gave no usable hash (%r)' % (path, etag))
+
+    @property
+    def algo(self):
+        return 'sha256' if self.lfs else 'git-sha1'
+
+    def to_dict(self):
+        return {'path': self.path, 'size': self.size, 'etag': self.etag, 'lfs': self.lfs}
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls(data['path'], data['size'], data['etag'], data['lfs'])
+
+    def __repr__(self):
+        return 'FileEntry(%r, %d, %s)' % (self.path, self.size, self.etag[:12])
+
+
+def entries_from_siblings(siblings):
+    """Build entries from the hub's ``siblings`` list (API JSON or huggingface_hub objects).
+
+    Each sibling needs ``rfilename``, ``size``, ``blobId`` and, for LFS files, ``lfs.sha256``.
+    """
+    out = []
+    for sib in siblings:
+        if isinstance(sib, dict):
+            name, size, blob_id, lfs = sib.get('rfilename'), sib.get('size'), sib.get('blobId'), sib.get('lfs')
+        else:  # huggingface_hub RepoSibling
+            name, size, blob_id, lfs = sib.rfilename, sib.size, sib.blob_id, sib.lfs
+        if lfs is not None and not isinstance(lfs, dict):
+            lfs = {'sha256': lfs.sha256, 'size': lfs.size}
+        if size is None:
+            raise HfCacheError('file %s: the hub metadata has no size (endpoint does not support files_metadata)' % name)
+        if lfs:
+            out.append(FileEntry(name, lfs.get('size', size), lfs['sha256'], True))
+        else:
+            out.append(FileEntry(name, size, blob_id, False))
+    return sorted(out, key=lambda e: e.path)
+
+
+def _add_wildcard(pattern):
+    return pattern + '*' if pattern.endswith('/') else pattern
+
+
+def filter_entries(entries, allow_patterns=None, ignore_patterns=None):
+    """Same matching as huggingface_hub.utils.filter_repo_objects (fnmatchcase, dir/ -> dir/*)."""
+    allow = [_add_wildcard(p) for p in allow_patterns] if allow_patterns else None
+    ignore = [_add_wildcard(p) for p in ignore_patterns] if ignore_patterns else None
+    out = []
+    for e in entries:
+        if allow is not None and not any(fnmatch.fnmatchcase(e.path, p) for p in allow):
+            continue
+        if ignore is not None and any(fnmatch.fnmatchcase(e.path, p) for p in ignore):
+            continue
+        out.append(e)
+    return out
+
+
+# --------------------------------------------------------------------------
+# hashing
+# --------------------------------------------------------------------------
+
+def new_hasher(entry):
+    """Hasher for an entry: sha256 for LFS files, git blob sha1 (with header) otherwise."""
+    if entry.lfs:
+        return hashlib.sha256()
+    h = hashlib.sha1()
+    h.update(b'blob %d\0' % entry.size)
+    return h
+
+
+def hash_file(path, entry, chunk=HASH_CHUNK):
+    h = new_hasher(entry)
+    with open(path, 'rb') as f:
+        while True:
+            data = f.read(chunk)
+            if not data:
+                break
+            h.update(data)
+    return h.hexdigest()
+
+
+def git_blob_sha1_bytes(data):
+    h = hashlib.sha1()
+    h.update(b'blob %d\0' % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def stat_key(path):
+    st = os.stat(path)
+    return {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'ino': st.st_ino}
+
+
+# --------------------------------------------------------------------------
+# small JSON files, written atomically
+# --------------------------------------------------------------------------
+
+def write_json_atomic(path, data, mode=0o644):
+    d = os.path.dirname(path)
+    if not os.path.isdir(d):
+        os.makedirs(d)
+    tmp = '%s.tmp.%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, 'w') as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.write('\n')
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (IOError, OSError) as exc:
+        if exc.errno == errno.ENOENT:
+            return default
+        raise
+    except ValueError:
+        return default
+
+
+# --------------------------------------------------------------------------
+# inspection and verification
+# --------------------------------------------------------------------------
+
+class Problem(object):
+    """Something wrong with one file of the snapshot."""
+
+    # kinds, worst first; "blob_*" means the blob must be fetched again
+    KINDS = ('blob_missing', 'blob_size', 'blob_hash', 'link_missing', 'link_not_symlink',
+             'link_dangling', 'link_wrong_target', 'incomplete', 'index')
+
+    def __init__(self, path, kind, detail):
+        self.path = path
+        self.kind = kind
+        self.detail = detail
+
+    @property
+    def refetch(self):
+        return self.kind.startswith('blob_')
+
+    def to_dict(self):
+        return {'path': self.path, 'kind': self.kind, 'detail': self.detail}
+
+    def __str__(self):
+        return '%s: %s' % (self.path, self.detail)
+
+    def __repr__(self):
+        return 'Problem(%r, %r)' % (self.path, self.kind)
+
+
+def check_link(rdir, commit, entry):
+    """Return a Problem for the snapshot link of entry, or None when it is right."""
+    link = link_path(rdir, commit, entry.path)
+    want = link_target(rdir, commit, entry.path, entry.etag)
+    if not os.path.lexists(link):
+        return Problem(entry.path, 'link_missing', 'missing from snapshots/%s' % commit)
+    if not os.path.islink(link):
+        return Problem(entry.path, 'link_not_symlink', 'is a regular file, not a link into blobs/')
+    got = os.readlink(link)
+    if got != want:
+        if not os.path.exists(link):
+            return Problem(entry.path, 'link_dangling', 'dangling link to %s' % got)
+        return Problem(entry.path, 'link_wrong_target', 'links to %s, expected %s' % (got, want))
+    if not os.path.exists(link):
+        return Problem(entry.path, 'link_dangling', 'dangling link to %s (blob missing)' % got)
+    return None
+
+
+def check_blob(rdir, entry, want_hash, known=None):
+    """Check the blob of entry.
+
+    ``known`` maps etag -> {size, mtime_ns, ino} for blobs already hashed (manifest or
+    downloader record); a blob whose stat matches is not read again unless want_hash='all'.
+    want_hash: 'none' (size only), 'unknown' (hash what is not known), 'all'.
+    Returns (problem_or_None, hashed_bool, stat_or_None).
+    """
+    bp = blob_path(rdir, entry.etag)
+    try:
+        st = stat_key(bp)
+    except OSError:
+        return Problem(entry.path, 'blob_missing', 'blob %s missing' % entry.etag), False, None
+    if not os.path.isfile(bp) or os.path.islink(bp):
+        return Problem(entry.path, 'blob_missing', 'blob %s is not a regular file' % entry.etag), False, None
+    if st['size'] != entry.size:
+        return (Problem(entry.path, 'blob_size', 'blob is %d bytes, hub says %d' % (st['size'], entry.size)),
+                False, st)
+    rec = (known or {}).get(entry.etag)
+    do_hash = want_hash == 'all' or (want_hash == 'unknown' and rec != st)
+    if not do_hash:
+        return None, False, st
+    got = hash_file(bp, entry)
+    if got != entry.etag:
+        return (Problem(entry.path, 'blob_hash', '%s is %s, hub says %s' % (entry.algo, got, entry.etag)),
+                True, st)
+    return None, True, st
+
+
+def incomplete_blobs(rdir):
+    blobs = os.path.join(rdir, 'blobs')
+    try:
+        names = os.listdir(blobs)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.endswith('.incomplete'))
+
+
+def check_index(rdir, commit, entries):
+    """F10: every shard named in model.safetensors.index.json must resolve with non-zero size."""
+    names = set(e.path for e in entries)
+    problems = []
+    for e in entries:
+        if not e.path.endswith(SAFETENSORS_INDEX):
+            continue
+        base = e.path[:-len(SAFETENSORS_INDEX)]
+        p = link_path(rdir, commit, e.path)
+        try:
+            with open(p) as f:
+                weight_map = json.load(f)['weight_map']
+            shards = sorted(set(weight_map.values()))
+        except (OSError, IOError, ValueError, KeyError, TypeError) as exc:
+            problems.append(Problem(e.path, 'index', 'index unreadable (%s); cannot confirm the shard count' % exc))
+            continue
+        for shard in shards:
+            rel = base + shard
+            sp = link_path(rdir, commit, rel)
+            if rel not in names:
+                problems.append(Problem(rel, 'index', 'named in %s but not part of the staged file set' % e.path))
+            elif not os.path.exists(sp) or os.path.getsize(sp) == 0:
+                problems.append(Problem(rel, 'index', 'shard named in %s does not resolve to a non-empty file' % e.path))
+    return problems
+
+
+def inspect(rdir, commit, entries, want_hash='unknown', known=None):
+    """Inspect a snapshot without changing it.
+
+    Returns a dict: problems (list of Problem), hashed (etag -> stat for blobs hashed
+    now and found right), stats (etag -> stat of every good blob), incomplete (names).
+    """
+    problems, hashed, stats = [], {}, {}
+    seen_blob = {}
+    for e in entries:
+        if e.etag in seen_blob:
+            prob = seen_blob[e.etag]
+        else:
+            prob, did_hash, st = check_blob(rdir, e, want_hash, known)
+            seen_blob[e.etag] = prob
+            if prob is None:
+                stats[e.etag] = st
+                if did_hash:
+                    hashed[e.etag] = st
+        if prob is not None:
+            problems.append(Problem(e.path, prob.kind, prob.detail))
+            continue
+        lp = check_link(rdir, commit, e)
+        if lp is not None:
+            problems.append(lp)
+    inc = incomplete_blobs(rdir)
+    return {'problems': problems, 'hashed': hashed, 'stats': stats, 'incomplete': inc}
+
+
+def refetch_entries(entries, problems):
+    bad = set(p.path for p in problems if p.refetch)
+    return [e for e in entries if e.path in bad]
+
+
+# --------------------------------------------------------------------------
+# repairs that need no download
+# --------------------------------------------------------------------------
+
+def fix_link(rdir, commit, entry):
+    """Create or replace the relative snapshot link. Returns True when changed."""
+    link = link_path(rdir, commit, entry.path)
+    want = link_target(rdir, commit, entry.path, entry.etag)
+    if os.path.islink(link) and os.readlink(link) == want:
+        return False
+    d = os.path.dirname(link)
+    if not os.path.isdir(d):
+        os.makedirs(d)
+    if os.path.lexists(link):
+        if os.path.isdir(link) and not os.path.islink(link):
+            raise HfCacheError('%s is a directory where a link into blobs/ belongs' % link)
+        os.unlink(link)
+    tmp = link + '.inkling-tmp'
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(want, tmp)
+    os.rename(tmp, link)
+    return True
+
+
+def remove_bad_blob(rdir, entry):
+    bp = blob_path(rdir, entry.etag)
+    if os.path.lexists(bp):
+        os.unlink(bp)
+        return True
+    return False
+
+
+def write_ref(rdir, name, commit):
+    """Record branch/tag -> commit in refs/ (what huggingface_hub reads offline)."""
+    if is_commit(name) or not name:
+        return False
+    path = os.path.join(rdir, 'refs', *name.split('/'))
+    try:
+        with open(path) as f:
+            if f.read().strip() == commit:
+                return False
+    except (IOError, OSError):
+        pass
+    d = os.path.dirname(path)
+    if not os.path.isdir(d):
+        os.makedirs(d)
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        f.write(commit)
+    os.rename(tmp, path)
+    return True
+
+
+def read_ref(rdir, name):
+    if not name or is_commit(name):
+        return name or None
+    try:
+        with open(os.path.join(rdir, 'refs', *name.split('/'))) as f:
+            val = f.read().strip()
+    except (IOError, OSError):
+        return None
+    return val if is_commit(val) else None
+
+
+# --------------------------------------------------------------------------
+# manifest and marker
+# --------------------------------------------------------------------------
+
+def patterns_key(allow_patterns, ignore_patterns):
+    return {'allow': sorted(allow_patterns) if allow_patterns else None,
+            'ignore': sorted(ignore_patterns) if ignore_patterns else None}
+
+
+def build_manifest(repo_id, commit, requested, entries, stats, allow_patterns, ignore_patterns):
+    files = []
+    for e in entries:
+        d = e.to_dict()
+        d['stat'] = stats[e.etag]
+        files.append(d)
+    return {
+        'version': MANIFEST_VERSION,
+        'repo_id': repo_id,
+        'revision': commit,
+        'requested_revision': requested,
+        'patterns': patterns_key(allow_patterns, ignore_patterns),
+        'files': files,
+        'total_bytes': sum(e.size for e in entries),
+        'verified_at': int(time.time()),
+    }
+
+
+def load_manifest(rdir, commit):
+    """Return the manifest when it and the completion marker exist, else None."""
+    if not os.path.exists(marker_path(rdir, commit)):
+        return None
+    data = read_json(manifest_path(rdir, commit))
+    if not isinstance(data, dict) or data.get('version') != MANIFEST_VERSION or data.get('revision') != commit:
+        return None
+    return data
+
+
+def manifest_entries(manifest):
+    return [FileEntry.from_dict(f) for f in manifest['files']]
+
+
+def manifest_known(manifest):
+    return dict((f['etag'], f['stat']) for f in manifest['files'])
+
+
+def quick_verify(rdir, commit, manifest):
+    """Re-run check: links, sizes and (size, mtime, inode) against the manifest; reads no content
+    except for blobs whose stat changed. Time grows with the number of files, not bytes."""
+    entries = manifest_entries(manifest)
+    res = inspect(rdir, commit, entries, want_hash='unknown', known=manifest_known(manifest))
+    res['entries'] = entries
+    return res
+
+
+def clear_marker(rdir, commit):
+    mp = marker_path(rdir, commit)
+    if os.path.exists(mp):
+        os.unlink(mp)
+        return True
+    return False
+
+
+def write_marker(rdir, commit):
+    path = marker_path(rdir, commit)
+    with open(path + '.tmp', 'w') as f:
+        f.write('%s verified %d\n' % (commit, int(time.time())))
+    os.rename(path + '.tmp', path)
+
+
+# --------------------------------------------------------------------------
+# free space (F11)
+# --------------------------------------------------------------------------
+
+def existing_ancestor(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def free_bytes(path):
+    st = os.statvfs(existing_ancestor(path))
+    return st.f_bavail * st.f_frsize
+
+
+def bytes_needed(rdir, entries):
+    """Bytes still to write for entries: their sizes minus partial .incomplete files kept for resume."""
+    need = 0
+    for e in entries:
+        have = 0
+        try:
+            have = os.path.getsize(incomplete_path(rdir, e.etag))
+        except OSError:
+            pass
+        need += max(e.size - min(have, e.size), 0)
+    return need
+
+
+def space_check(path, need, margin_pct, host='this host'):
+    """Return (ok, message, details)."""
+    avail = free_bytes(path)
+    want = int(need * (1 + float(margin_pct) / 100.0))
+    details = {'free_bytes': avail, 'needed_bytes': need, 'needed_with_margin_bytes': want,
+               'margin_pct': margin_pct, 'filesystem_path': existing_ancestor(path)}
+    if need == 0 or avail >= want:
+        return True, None, details
+    msg = ('%s: not enough free space in %s to stage the snapshot: need %s + %s%% margin = %s, %s free. '
+           'Remedy: free or add space on that filesystem, point hf_cache_dir elsewhere, or narrow '
+           'hf_cache_allow_patterns.' % (host, details['filesystem_path'], human_bytes(need), margin_pct,
+                                         human_bytes(want), human_bytes(avail)))
+    return False, msg, details
+
+
+# --------------------------------------------------------------------------
+# ownership and modes
+# --------------------------------------------------------------------------
+
+def dir_mode_for(file_mode):
+    """Directory mode from a file mode: add x wherever r is set (0644 -> 0755, 0640 -> 0750)."""
+    mode = file_mode
+    for r, x in ((0o400, 0o100), (0o040, 0o010), (0o004, 0o001)):
+        if mode & r:
+            mode |= x
+    return mode
+
+
+def apply_ownership(rdir, commit, uid, gid, file_mode):
+    """chown/chmod the repo tree the service reads (blobs, refs, this snapshot). Returns changed count.
+
+    Links are left as they are (their mode is meaningless); lchown keeps their owner consistent.
+    """
+    dmode = dir_mode_for(file_mode)
+    changed = 0
+    targets = [rdir, os.path.join(rdir, 'blobs'), os.path.join(rdir, 'refs'),
+               os.path.join(rdir, 'snapshots'), os.path.join(rdir, 'snapshots', commit)]
+    walk_roots = [os.path.join(rdir, 'blobs'), os.path.join(rdir, 'refs'), os.path.join(rdir, 'snapshots', commit)]
+    seen = set()
+    for root in walk_roots:
+        for base, dirs, files in os.walk(root):
+            for d in dirs:
+                targets.append(os.path.join(base, d))
+            for f in files:
+                targets.append(os.path.join(base, f))
+    for p in targets:
+        if p in seen or not os.path.lexists(p):
+            continue
+        seen.add(p)
+        st = os.lstat(p)
+        if os.path.islink(p):
+            if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
+                os.lchown(p, -1 if uid is None else uid, -1 if gid is None else gid)
+                changed += 1
+            continue
+        if p.endswith('.incomplete'):
+            continue
+        want = dmode if os.path.isdir(p) else file_mode
+        if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
+            os.chown(p, -1 if uid is None else uid, -1 if gid is None else gid)
+            changed += 1
+        if (st.st_mode & 0o7777) != want:
+            os.chmod(p, want)
+            changed += 1
+    return changed
+
+
+# --------------------------------------------------------------------------
+# formatting
+# --------------------------------------------------------------------------
+
+def human_bytes(n):
+    n = float(n)
+    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
+        if abs(n) < 1024 or unit == 'TiB':
+            return ('%d %s' % (n, unit)) if unit == 'B' else ('%.1f %s' % (n, unit))
+        n /= 1024.0
+    return '%.1f TiB' % n
+
+
+def human_duration(seconds):
+    if seconds is None:
+        return '?'
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return '%d:%02d:%02d' % (h, m, s)
+
+
+def progress_message(progress):
+    """One line for the operator from a downloader progress dict."""
+    total = progress.get('bytes_total') or 0
+    done = progress.get('bytes_done') or 0
+    pct = (100.0 * done / total) if total else 100.0
+    rate = progress.get('rate_bps') or 0
+    eta = progress.get('eta_s')
+    msg = '%s of %s (%.1f%%), %s/s, %s left, file %d/%d' % (
+        human_bytes(done), human_bytes(total), pct, human_bytes(rate), human_duration(eta),
+        progress.get('files_done', 0), progress.get('files_total', 0))
+    if progress.get('retries'):
+        msg += ', %d retries' % progress['retries']
+    state = progress.get('state')
+    if state and state != 'running':
+        msg += ' [%s]' % state
+    if progress.get('error'):
+        msg += ': %s' % progress['error']
+    return msg

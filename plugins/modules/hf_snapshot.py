@@ -1,0 +1,551 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: hf_snapshot
+short_description: Plan and verify a pinned Hugging Face hub cache snapshot on a host
+version_added: 0.1.0
+description:
+  - Works on the standard hub cache layout (C(models--ORG--NAME/{blobs,snapshots/REV,refs})) that
+    C(huggingface_hub) and vLLM read with C(HF_HUB_OFFLINE=1).
+  - O(phase=plan) resolves the revision to a 40-hex commit (a branch or tag is resolved once and
+    recorded in C(refs/), then reused without asking the hub), finds what is missing or broken,
+    checks free space against the bytes still to download plus a margin before anything is
+    downloaded, and writes a plan file for M(inkling.fleet.hf_download). Broken blobs (wrong size or
+    hash) are removed so that only they are fetched again.
+  - When the snapshot was verified before (manifest and completion marker present), O(phase=plan)
+    checks links, sizes and (size, mtime, inode) against the manifest without reading content and
+    without contacting the hub, so a re-run takes time proportional to the number of files.
+  - O(phase=finalize) verifies every file of the revision (present under C(snapshots/REV) as a
+    relative link into C(blobs/), size as the hub says, sha256 for LFS files and git blob sha1 for
+    small files on first staging), repairs links, checks that every shard of
+    C(model.safetensors.index.json) resolves, refuses leftover C(.incomplete) blobs (field failures
+    F10, F11), sets owner and modes so the service can read but not write, and writes the manifest
+    and then the completion marker, last.
+  - In check mode nothing is written or removed; the result tells what would be downloaded or repaired.
+  - O(phase=plan) needs C(huggingface_hub) on the host only when the hub must be asked (first staging,
+    changed patterns, O(refresh_revision=true)); run it with the staging virtual environment's python.
+author:
+  - inkling.fleet contributors
+options:
+  phase:
+    description: V(plan) before downloading, V(finalize) after.
+    type: str
+    choices: [plan, finalize]
+    required: true
+  repo_id:
+    description: Model repository, C(ORG/NAME).
+    type: str
+    required: true
+  revision:
+    description: Branch, tag or 40-hex commit to stage.
+    type: str
+    default: main
+  cache_dir:
+    description: The hub cache directory (what C(HF_HUB_CACHE) points at).
+    type: path
+    required: true
+  endpoint:
+    description: Hub endpoint or site mirror (C(HF_ENDPOINT)).
+    type: str
+    default: https://huggingface.co
+  token:
+    description: Hub token for gated or private repositories. Never logged, never written to disk.
+    type: str
+  allow_patterns:
+    description: Only stage files matching one of these patterns (C(huggingface_hub) semantics).
+    type: list
+    elements: str
+  ignore_patterns:
+    description: Skip files matching one of these patterns.
+    type: list
+    elements: str
+  metadata_source:
+    description:
+      - Where the file list (names, sizes, hashes) comes from when the snapshot is not already verified
+        here. V(hub) asks the hub. V(manifest) reads the manifest that a peer or a source path shipped
+        along with the files (C(.inkling/COMMIT.json)); its stat data is ignored and every blob is hashed.
+    type: str
+    choices: [hub, manifest]
+    default: hub
+  local_only:
+    description:
+      - Only look at what this host holds (O(phase=plan)); never contact the hub. When there is no verified
+        manifest here, return RV(complete=false) (and RV(revision) when it is known locally) instead of failing.
+    type: bool
+    default: false
+  refresh_revision:
+    description: Ask the hub again what a branch or tag points at, instead of using the recorded commit.
+    type: bool
+    default: false
+  rehash:
+    description: Hash every blob again (full re-verification) instead of the manifest's stat check.
+    type: bool
+    default: false
+  free_space_margin_pct:
+    description: Headroom required above the bytes still to download, in percent.
+    type: int
+    default: 5
+  owner:
+    description: Owner of the staged tree (name or uid). Unchanged when omitted.
+    type: str
+  group:
+    description: Group of the staged tree (name or gid). Unchanged when omitted.
+    type: str
+  mode:
+    description: File mode (octal string) for blobs and refs; directories get x where r is set.
+    type: str
+    default: '0644'
+notes:
+  - Supports check mode.
+  - The manifest C(.inkling/COMMIT.json) and marker C(.inkling/COMMIT.complete) live inside the
+    repository folder; C(huggingface_hub) ignores them.
+seealso:
+  - module: inkling.fleet.hf_download
+  - module: inkling.fleet.hf_progress
+'''
+
+EXAMPLES = r'''
+- name: Plan staging of Inkling-NVFP4
+  inkling.fleet.hf_snapshot:
+    phase: plan
+    repo_id: thinkingmachines/Inkling-NVFP4
+    revision: main
+    cache_dir: /var/lib/inkling/huggingface/hub
+    endpoint: https://hf-mirror.example.internal
+    token: "{{ vault_hf_token }}"
+  vars:
+    ansible_python_interpreter: /opt/inkling-fleet/venv/bin/python
+  register: plan
+
+- name: Verify, fix links and mark complete
+  inkling.fleet.hf_snapshot:
+    phase: finalize
+    repo_id: thinkingmachines/Inkling-NVFP4
+    revision: "{{ plan.revision }}"
+    cache_dir: /var/lib/inkling/huggingface/hub
+    owner: root
+    group: inkling
+    mode: '0640'
+'''
+
+RETURN = r'''
+revision:
+  description: The resolved 40-hex commit.
+  returned: success
+  type: str
+  sample: 3f6c5c1d1b0b5e4bd1b1e3a0f2b0f6b6a2f0c9d1
+requested_revision:
+  description: What was asked for.
+  returned: success
+  type: str
+  sample: main
+resolved_from:
+  description: How the commit was found, V(commit), V(refs) (recorded earlier) or V(hub).
+  returned: success
+  type: str
+path:
+  description: Snapshot directory, C(CACHE/models--ORG--NAME/snapshots/COMMIT).
+  returned: success
+  type: str
+repo_dir:
+  description: Repository folder in the cache.
+  returned: success
+  type: str
+complete:
+  description: Whether the snapshot is verified and marked complete (after this task).
+  returned: success
+  type: bool
+files_total:
+  description: Number of files in the staged set.
+  returned: success
+  type: int
+bytes_total:
+  description: Size of the staged set.
+  returned: success
+  type: int
+download:
+  description: Files that must be downloaded (plan phase).
+  returned: phase=plan
+  type: list
+  elements: dict
+  sample: [{path: model-00002-of-00004.safetensors, size: 1048576, etag: "9f...", lfs: true}]
+download_bytes:
+  description: Bytes still to download, net of resumable partial files.
+  returned: phase=plan
+  type: int
+plan_file:
+  description: Plan written for the downloader (not in check mode).
+  returned: phase=plan
+  type: str
+progress_file:
+  description: Where the downloader writes its progress.
+  returned: phase=plan
+  type: str
+problems:
+  description: What was wrong, one entry per file (kind is one of blob_missing, blob_size, blob_hash,
+    link_missing, link_not_symlink, link_dangling, link_wrong_target, incomplete, index).
+  returned: always
+  type: list
+  elements: dict
+repaired:
+  description: Files whose link was recreated or whose blob was removed for re-download.
+  returned: success
+  type: list
+  elements: str
+space:
+  description: Free space check (free_bytes, needed_bytes, needed_with_margin_bytes, margin_pct, filesystem_path).
+  returned: phase=plan
+  type: dict
+hashed_files:
+  description: Number of blobs whose content was hashed by this task.
+  returned: success
+  type: int
+'''
+
+import os
+import sys
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
+
+HF_IMPORT_ERROR = None
+try:
+    os.environ.setdefault('HF_HUB_DISABLE_PROGRESS_BARS', '1')
+    os.environ.setdefault('HF_HUB_DISABLE_TELEMETRY', '1')
+    from huggingface_hub import HfApi
+    from huggingface_hub import errors as hf_errors
+except ImportError:
+    HF_IMPORT_ERROR = traceback.format_exc()
+
+
+def host_name():
+    return os.uname()[1]
+
+
+def hub_metadata(module, repo_id, revision):
+    """Ask the hub for the commit and the file list of revision."""
+    p = module.params
+    if HF_IMPORT_ERROR:
+        module.fail_json(msg='%s: huggingface_hub is not importable by %s; run this task with the staging '
+                             'virtual environment python (hf_cache_venv).' % (host_name(), sys.executable),
+                         exception=HF_IMPORT_ERROR)
+    api = HfApi(endpoint=p['endpoint'].rstrip('/'), token=p['token'] or False)
+    where = '%s@%s from %s' % (repo_id, revision, p['endpoint'])
+    try:
+        info = api.model_info(repo_id, revision=revision, files_metadata=True)
+    except hf_errors.RevisionNotFoundError:
+        module.fail_json(msg='%s: revision %r not found in %s at %s. Remedy: check the variant\'s model.revision '
+                             '(a branch, tag or 40-hex commit of that repository).'
+                             % (host_name(), revision, repo_id, p['endpoint']))
+    except hf_errors.GatedRepoError:
+        module.fail_json(msg='%s: %s is gated and the token gives no access. Remedy: accept the licence on the '
+                             'hub for the token\'s account and set hf_cache_token.' % (host_name(), repo_id))
+    except hf_errors.RepositoryNotFoundError:
+        module.fail_json(msg='%s: repository %s not found at %s (or it is private and no valid token was given). '
+                             'Remedy: check model.repo_id, hf_cache_endpoint and hf_cache_token.'
+                             % (host_name(), repo_id, p['endpoint']))
+    except Exception as exc:  # pylint: disable=broad-except
+        module.fail_json(msg='%s: cannot read %s: %s: %s. Remedy: check that the host reaches hf_cache_endpoint '
+                             '(proxy, DNS, firewall) or stage from a peer or path.'
+                             % (host_name(), where, type(exc).__name__, exc))
+    if not info.sha or not hc.is_commit(info.sha):
+        module.fail_json(msg='%s: the hub gave no commit for %s' % (host_name(), where))
+    try:
+        entries = hc.entries_from_siblings(info.siblings or [])
+    except hc.HfCacheError as exc:
+        module.fail_json(msg='%s: %s (%s)' % (host_name(), exc, where))
+    return info.sha, entries
+
+
+def resolve(module, rdir):
+    """Return (commit, how) without the hub when possible."""
+    p = module.params
+    rev = p['revision']
+    if hc.is_commit(rev):
+        return rev, 'commit'
+    if not p['refresh_revision']:
+        commit = hc.read_ref(rdir, rev)
+        if commit:
+            return commit, 'refs'
+    return None, None
+
+
+def uid_gid(module):
+    import grp
+    import pwd
+    uid = gid = None
+    owner, group = module.params['owner'], module.params['group']
+    try:
+        if owner not in (None, ''):
+            uid = int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid
+        if group not in (None, ''):
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError as exc:
+        module.fail_json(msg='%s: unknown user or group %s for hf_cache_owner/hf_cache_group' % (host_name(), exc))
+    return uid, gid
+
+
+def base_result(p, rdir, commit, how, entries):
+    return {
+        'changed': False,
+        'revision': commit,
+        'requested_revision': p['revision'],
+        'resolved_from': how,
+        'repo_id': p['repo_id'],
+        'repo_dir': rdir,
+        'path': os.path.join(rdir, 'snapshots', commit),
+        'files_total': len(entries),
+        'bytes_total': sum(e.size for e in entries),
+        'problems': [],
+        'repaired': [],
+        'hashed_files': 0,
+    }
+
+
+def own_manifest(p, rdir, commit):
+    """Our verified manifest for commit when its file set matches the requested patterns."""
+    man = hc.load_manifest(rdir, commit)
+    if man and man.get('patterns') == hc.patterns_key(p['allow_patterns'], p['ignore_patterns']):
+        return man
+    return None
+
+
+def run_plan(module):
+    p = module.params
+    rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
+    commit, how = resolve(module, rdir)
+    man = own_manifest(p, rdir, commit) if commit else None
+    known = {}
+    if man:
+        entries = hc.manifest_entries(man)
+        known = hc.manifest_known(man)
+    elif p['metadata_source'] == 'manifest':
+        if not commit:
+            module.fail_json(msg='%s: metadata_source=manifest needs a 40-hex revision or refs/%s copied with the '
+                                 'files' % (host_name(), p['revision']))
+        shipped = hc.read_json(hc.manifest_path(rdir, commit))
+        if not shipped or shipped.get('revision') != commit:
+            module.fail_json(msg='%s: no manifest for %s at %s; the copy source did not ship a verified snapshot. '
+                                 'Remedy: stage from the hub.' % (host_name(), commit, hc.manifest_path(rdir, commit)))
+        entries = hc.filter_entries(hc.manifest_entries(shipped), p['allow_patterns'], p['ignore_patterns'])
+        how = how or 'manifest'
+    elif p['local_only']:
+        module.exit_json(changed=False, complete=False, revision=commit, requested_revision=p['revision'],
+                         resolved_from=how, repo_id=p['repo_id'], repo_dir=rdir, problems=[], download=[],
+                         download_bytes=None, path=os.path.join(rdir, 'snapshots', commit) if commit else None,
+                         msg='no verified snapshot of %s@%s here' % (p['repo_id'], p['revision']))
+    else:
+        commit, entries = hub_metadata(module, p['repo_id'], commit or p['revision'])
+        how = how or 'hub'
+        entries = hc.filter_entries(entries, p['allow_patterns'], p['ignore_patterns'])
+        if not entries:
+            module.fail_json(msg='%s: no file of %s@%s matches allow %s / ignore %s'
+                                 % (host_name(), p['repo_id'], commit, p['allow_patterns'], p['ignore_patterns']))
+        man = own_manifest(p, rdir, commit)
+        if man:
+            known = hc.manifest_known(man)
+    # blobs the downloader already hashed in an interrupted run count as known
+    rec = hc.read_json(hc.hashed_path(rdir, commit), {}) or {}
+    for k, v in rec.items():
+        known.setdefault(k, v)
+
+    res = base_result(p, rdir, commit, how, entries)
+    insp = hc.inspect(rdir, commit, entries, want_hash='all' if p['rehash'] else 'unknown', known=known)
+    res['hashed_files'] = len(insp['hashed'])
+    problems = insp['problems']
+    res['problems'] = [x.to_dict() for x in problems]
+    download = hc.refetch_entries(entries, problems)
+    stale = [n for n in insp['incomplete'] if n[:-len('.incomplete')] not in set(e.etag for e in download)]
+    res['stale_incomplete'] = stale
+
+    # remove blobs that are present but wrong, so that only they are fetched again
+    repaired = []
+    for pr in problems:
+        if pr.kind in ('blob_size', 'blob_hash'):
+            repaired.append(pr.path)
+            if not module.check_mode:
+                e = [x for x in entries if x.path == pr.path][0]
+                hc.remove_bad_blob(rdir, e)
+                if pr.kind == 'blob_hash':
+                    # a partial download of that blob cannot be trusted either
+                    ip = hc.incomplete_path(rdir, e.etag)
+                    if os.path.exists(ip):
+                        os.unlink(ip)
+    res['repaired'] = repaired
+    res['download'] = [e.to_dict() for e in download]
+    res['download_bytes'] = hc.bytes_needed(rdir, download)
+    ok, msg, space = hc.space_check(p['cache_dir'], res['download_bytes'], p['free_space_margin_pct'], host_name())
+    res['space'] = space
+    if not ok:
+        res['msg'] = msg
+        module.fail_json(**res)
+
+    marker = os.path.exists(hc.marker_path(rdir, commit))
+    res['complete'] = bool(man) and marker and not problems and not stale
+    res['progress_file'] = os.path.join(hc.state_dir(rdir), commit + '.progress.json')
+    res['plan_file'] = hc.plan_path(rdir, commit)
+    if not res['complete']:
+        res['changed'] = True
+        if not module.check_mode:
+            if marker:
+                hc.clear_marker(rdir, commit)
+            hc.write_json_atomic(res['plan_file'], {
+                'repo_id': p['repo_id'], 'revision': commit, 'requested_revision': p['revision'],
+                'cache_dir': p['cache_dir'], 'repo_dir': rdir,
+                'files': [e.to_dict() for e in entries], 'download': res['download'],
+                'patterns': hc.patterns_key(p['allow_patterns'], p['ignore_patterns']),
+                'hashed': insp['hashed'],
+            }, mode=0o600)
+    n = len(download)
+    res['msg'] = ('%s@%s (%s): complete, %d files verified' % (p['repo_id'], commit[:12], how, len(entries))
+                  if res['complete'] else
+                  '%s@%s (%s): %d of %d files to download (%s), %d problems' % (
+                      p['repo_id'], commit[:12], how, n, len(entries), hc.human_bytes(res['download_bytes']),
+                      len(problems)))
+    module.exit_json(**res)
+
+
+def run_finalize(module):
+    p = module.params
+    rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
+    commit, how = resolve(module, rdir)
+    if not commit:
+        module.fail_json(msg='%s: finalize needs a 40-hex revision or a recorded refs/%s' % (host_name(), p['revision']))
+    plan = hc.read_json(hc.plan_path(rdir, commit))
+    man = own_manifest(p, rdir, commit)
+    if plan:
+        entries = [hc.FileEntry.from_dict(d) for d in plan['files']]
+        requested = plan.get('requested_revision') or p['revision']
+    elif man:
+        entries = hc.manifest_entries(man)
+        requested = man.get('requested_revision') or p['revision']
+    else:
+        module.fail_json(msg='%s: nothing to finalize for %s@%s: no plan and no manifest in %s. Remedy: run '
+                             'phase=plan first.' % (host_name(), p['repo_id'], commit, rdir))
+    known = hc.manifest_known(man) if man else {}
+    known.update((plan or {}).get('hashed') or {})
+    rec = hc.read_json(hc.hashed_path(rdir, commit), {}) or {}
+    for k, v in rec.items():
+        known.setdefault(k, v)
+
+    res = base_result(p, rdir, commit, how or 'plan', entries)
+    insp = hc.inspect(rdir, commit, entries, want_hash='all' if p['rehash'] else 'unknown', known=known)
+    res['hashed_files'] = len(insp['hashed'])
+    changed = False
+    remaining = []
+    for pr in insp['problems']:
+        if pr.kind.startswith('link_'):
+            res['repaired'].append(pr.path)
+            if not module.check_mode:
+                e = [x for x in entries if x.path == pr.path][0]
+                changed |= hc.fix_link(rdir, commit, e)
+            else:
+                changed = True
+        else:
+            remaining.append(pr)
+    etags = set(e.etag for e in entries)
+    for name in insp['incomplete']:
+        if name[:-len('.incomplete')] in etags:
+            remaining.append(hc.Problem(name, 'incomplete', 'partial download left in blobs/ (interrupted or disk full)'))
+    if not remaining and not module.check_mode:
+        remaining.extend(hc.check_index(rdir, commit, entries))
+    res['problems'] = [x.to_dict() for x in remaining]
+    if remaining:
+        if not module.check_mode:
+            hc.clear_marker(rdir, commit)
+        res['complete'] = False
+        lines = '; '.join(str(x) for x in remaining[:20])
+        more = '' if len(remaining) <= 20 else ' (and %d more)' % (len(remaining) - 20)
+        res['msg'] = ('%s: snapshot %s@%s failed verification, %d problem(s): %s%s. It is not marked complete. '
+                      'Remedy: re-run the hf_cache role (only these files are fetched again); if it repeats, check '
+                      'the disk and the endpoint.' % (host_name(), p['repo_id'], commit, len(remaining), lines, more))
+        module.fail_json(**res)
+
+    if module.check_mode:
+        res['changed'] = changed or not man
+        res['complete'] = bool(man) and not changed
+        module.exit_json(**res)
+
+    changed |= hc.write_ref(rdir, requested, commit)
+    uid, gid = uid_gid(module)
+    try:
+        mode = int(p['mode'], 8)
+    except ValueError:
+        module.fail_json(msg='mode %r is not an octal string' % p['mode'])
+    changed |= hc.apply_ownership(rdir, commit, uid, gid, mode) > 0
+
+    stats = insp['stats']
+    for e in entries:  # links fixed above do not change blob stats; refresh after chown/chmod (ctime only)
+        stats[e.etag] = hc.stat_key(hc.blob_path(rdir, e.etag))
+    manifest = hc.build_manifest(p['repo_id'], commit, requested, entries, stats,
+                                 plan['patterns']['allow'] if plan else p['allow_patterns'],
+                                 plan['patterns']['ignore'] if plan else p['ignore_patterns'])
+    old = man or {}
+    same = (old.get('files') == manifest['files'] and old.get('patterns') == manifest['patterns'])
+    if not same or not os.path.exists(hc.marker_path(rdir, commit)):
+        hc.write_json_atomic(hc.manifest_path(rdir, commit), manifest, mode=0o644)
+        hc.write_marker(rdir, commit)
+        changed = True
+    for leftover in (hc.plan_path(rdir, commit), hc.hashed_path(rdir, commit)):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+    sd = hc.state_dir(rdir)
+    os.chmod(sd, 0o755)
+    for name in os.listdir(sd):
+        fp = os.path.join(sd, name)
+        if name.endswith('.json') or name.endswith('.complete'):
+            if (os.stat(fp).st_mode & 0o777) != 0o644:
+                os.chmod(fp, 0o644)
+    res['changed'] = changed
+    res['complete'] = True
+    res['msg'] = '%s@%s verified: %d files, %s' % (
+        p['repo_id'], commit[:12], len(entries), hc.human_bytes(res['bytes_total']))
+    module.exit_json(**res)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            phase=dict(type='str', required=True, choices=['plan', 'finalize']),
+            repo_id=dict(type='str', required=True),
+            revision=dict(type='str', default='main'),
+            cache_dir=dict(type='path', required=True),
+            endpoint=dict(type='str', default='https://huggingface.co'),
+            token=dict(type='str', no_log=True),
+            allow_patterns=dict(type='list', elements='str'),
+            ignore_patterns=dict(type='list', elements='str'),
+            metadata_source=dict(type='str', default='hub', choices=['hub', 'manifest']),
+            local_only=dict(type='bool', default=False),
+            refresh_revision=dict(type='bool', default=False),
+            rehash=dict(type='bool', default=False),
+            free_space_margin_pct=dict(type='int', default=5),
+            owner=dict(type='str'),
+            group=dict(type='str'),
+            mode=dict(type='str', default='0644'),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        hc.repo_folder_name(module.params['repo_id'])
+        if module.params['phase'] == 'plan':
+            run_plan(module)
+        else:
+            run_finalize(module)
+    except hc.HfCacheError as exc:
+        module.fail_json(msg='%s: %s' % (host_name(), exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='%s: %s' % (host_name(), exc), exception=traceback.format_exc())
+
+
+if __name__ == '__main__':
+    main()

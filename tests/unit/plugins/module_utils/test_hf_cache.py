@@ -1,0 +1,247 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Hub cache layout, verification, manifest and free-space decisions (field failures F10, F11)."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
+
+COMMIT = '0123abcd' * 5
+REPO = 'example-org/big-moe'
+
+
+def make_tree(tmp_path, files, lfs=('.safetensors',), skip_blobs=(), skip_links=()):
+    """Write a hub cache tree the way huggingface_hub does; return (cache_dir, repo_dir, entries)."""
+    cache = str(tmp_path / 'hub')
+    rdir = hc.repo_dir(cache, REPO)
+    entries = []
+    for path, data in sorted(files.items()):
+        is_lfs = path.endswith(tuple(lfs))
+        etag = hashlib.sha256(data).hexdigest() if is_lfs else hc.git_blob_sha1_bytes(data)
+        e = hc.FileEntry(path, len(data), etag, is_lfs)
+        entries.append(e)
+        os.makedirs(os.path.join(rdir, 'blobs'), exist_ok=True)
+        if path not in skip_blobs:
+            with open(hc.blob_path(rdir, etag), 'wb') as f:
+                f.write(data)
+        if path not in skip_links:
+            hc.fix_link(rdir, COMMIT, e)
+    os.makedirs(os.path.join(rdir, 'refs'), exist_ok=True)
+    with open(os.path.join(rdir, 'refs', 'main'), 'w') as f:
+        f.write(COMMIT)
+    return cache, rdir, entries
+
+
+def model_files(shards=3):
+    files = {'config.json': b'{"model_type": "inkling"}\n'}
+    weight_map = {}
+    for i in range(shards):
+        name = 'model-%05d-of-%05d.safetensors' % (i + 1, shards)
+        files[name] = bytes([i + 1]) * (1000 + i)
+        weight_map['layer.%d.weight' % i] = name
+    files[hc.SAFETENSORS_INDEX] = json.dumps({'weight_map': weight_map}).encode()
+    return files
+
+
+def kinds(problems):
+    return sorted((p.path, p.kind) for p in problems)
+
+
+def test_git_blob_sha1_matches_git():
+    # `printf 'hello\n' | git hash-object --stdin`
+    assert hc.git_blob_sha1_bytes(b'hello\n') == 'ce013625030ba8dba906f756967f9e9ca394464a'
+
+
+def test_hash_file_uses_the_entry_algorithm(tmp_path):
+    p = tmp_path / 'f'
+    p.write_bytes(b'hello\n')
+    small = hc.FileEntry('a.txt', 6, 'ce013625030ba8dba906f756967f9e9ca394464a', False)
+    big = hc.FileEntry('a.bin', 6, hashlib.sha256(b'hello\n').hexdigest(), True)
+    assert hc.hash_file(str(p), small) == small.etag
+    assert hc.hash_file(str(p), big) == big.etag
+
+
+def test_repo_folder_and_links_are_relative():
+    assert hc.repo_folder_name('thinkingmachines/Inkling-NVFP4') == 'models--thinkingmachines--Inkling-NVFP4'
+    with pytest.raises(hc.HfCacheError):
+        hc.repo_folder_name('no-slash')
+    rdir = '/c/models--a--b'
+    assert hc.link_target(rdir, COMMIT, 'config.json', 'e' * 40) == '../../blobs/' + 'e' * 40
+    assert hc.link_target(rdir, COMMIT, 'sub/dir/x.json', 'e' * 40) == '../../../../blobs/' + 'e' * 40
+
+
+@pytest.mark.parametrize('bad', ['../etc/passwd', '/abs', 'a/../../b', 'a//b', ''])
+def test_unsafe_repo_paths_are_refused(bad):
+    with pytest.raises(hc.HfCacheError):
+        hc.FileEntry(bad, 1, 'a' * 40, False)
+
+
+def test_clean_tree_has_no_problems_and_index_resolves(tmp_path):
+    _cache, rdir, entries = make_tree(tmp_path, model_files())
+    res = hc.inspect(rdir, COMMIT, entries, want_hash='all')
+    assert res['problems'] == []
+    assert len(res['hashed']) == len(entries)
+    assert hc.check_index(rdir, COMMIT, entries) == []
+
+
+def test_f10_copied_snapshot_has_dangling_links(tmp_path):
+    """F10: links copied without their blobs (rsync -a of snapshots/ only)."""
+    files = model_files(shards=163)
+    shard1 = 'model-00001-of-00163.safetensors'
+    _cache, rdir, entries = make_tree(tmp_path, files, skip_blobs=(hc.SAFETENSORS_INDEX, shard1))
+    res = hc.inspect(rdir, COMMIT, entries)
+    assert kinds(res['problems']) == [(shard1, 'blob_missing'), (hc.SAFETENSORS_INDEX, 'blob_missing')]
+    assert [e.path for e in hc.refetch_entries(entries, res['problems'])] == [shard1, hc.SAFETENSORS_INDEX]
+    # the link itself dangles, and the index cannot be read to confirm the shard count
+    assert hc.check_link(rdir, COMMIT, [e for e in entries if e.path == shard1][0]).kind == 'link_dangling'
+    idx = hc.check_index(rdir, COMMIT, entries)
+    assert len(idx) == 1 and 'cannot confirm the shard count' in idx[0].detail
+
+
+def test_f10_index_names_a_shard_that_does_not_resolve(tmp_path):
+    files = model_files(shards=3)
+    _cache, rdir, entries = make_tree(tmp_path, files)
+    os.unlink(hc.link_path(rdir, COMMIT, 'model-00002-of-00003.safetensors'))
+    idx = hc.check_index(rdir, COMMIT, entries)
+    assert [p.path for p in idx] == ['model-00002-of-00003.safetensors']
+
+
+def test_f10_dereferenced_copy_and_absolute_links_are_found_and_fixed(tmp_path):
+    _cache, rdir, entries = make_tree(tmp_path, model_files())
+    cfg = [e for e in entries if e.path == 'config.json'][0]
+    idx = [e for e in entries if e.path == hc.SAFETENSORS_INDEX][0]
+    # cp -L: a regular file where the link belongs
+    lp = hc.link_path(rdir, COMMIT, cfg.path)
+    os.unlink(lp)
+    with open(lp, 'wb') as f:
+        f.write(b'{"model_type": "inkling"}\n')
+    # absolute link into another tree
+    ip = hc.link_path(rdir, COMMIT, idx.path)
+    os.unlink(ip)
+    os.symlink(hc.blob_path(rdir, idx.etag), ip)
+    res = hc.inspect(rdir, COMMIT, entries)
+    assert kinds(res['problems']) == [('config.json', 'link_not_symlink'), (hc.SAFETENSORS_INDEX, 'link_wrong_target')]
+    assert hc.refetch_entries(entries, res['problems']) == []
+    assert hc.fix_link(rdir, COMMIT, cfg) and hc.fix_link(rdir, COMMIT, idx)
+    assert hc.inspect(rdir, COMMIT, entries)['problems'] == []
+    assert hc.fix_link(rdir, COMMIT, cfg) is False
+
+
+def test_f11_short_blob_and_incomplete_leftover(tmp_path):
+    """F11: an interrupted download leaves a short blob and blobs/<sha>.incomplete."""
+    files = model_files()
+    _cache, rdir, entries = make_tree(tmp_path, files)
+    shard = [e for e in entries if e.path == 'model-00002-of-00003.safetensors'][0]
+    with open(hc.blob_path(rdir, shard.etag), 'r+b') as f:
+        f.truncate(10)
+    with open(hc.incomplete_path(rdir, 'b' * 64), 'wb') as f:
+        f.write(b'x' * 100)
+    res = hc.inspect(rdir, COMMIT, entries)
+    assert kinds(res['problems']) == [(shard.path, 'blob_size')]
+    assert res['incomplete'] == ['b' * 64 + '.incomplete']
+
+
+def test_f11_free_space_refused_before_download(tmp_path, monkeypatch):
+    monkeypatch.setattr(hc, 'free_bytes', lambda path: 1099511627776)
+    ok, msg, details = hc.space_check(str(tmp_path), 1950000000000, 5, 'gpu-node-07')
+    assert not ok
+    assert details['needed_with_margin_bytes'] == 2047500000000
+    assert msg.startswith('gpu-node-07: not enough free space')
+    assert 'need 1.8 TiB + 5% margin = 1.9 TiB, 1.0 TiB free' in msg
+    ok, msg, _ = hc.space_check(str(tmp_path), 10 ** 9, 5, 'gpu-node-07')
+    assert ok and msg is None
+
+
+def test_bytes_needed_subtracts_partial_downloads(tmp_path):
+    _cache, rdir, entries = make_tree(tmp_path, model_files(), skip_blobs=('model-00001-of-00003.safetensors',))
+    e = [x for x in entries if x.path == 'model-00001-of-00003.safetensors'][0]
+    assert hc.bytes_needed(rdir, [e]) == 1000
+    with open(hc.incomplete_path(rdir, e.etag), 'wb') as f:
+        f.write(b'\1' * 600)
+    assert hc.bytes_needed(rdir, [e]) == 400
+
+
+def test_corrupt_blob_same_size_is_found_by_hash_only(tmp_path):
+    _cache, rdir, entries = make_tree(tmp_path, model_files())
+    shard = [e for e in entries if e.path.endswith('00003.safetensors')][0]
+    bp = hc.blob_path(rdir, shard.etag)
+    with open(bp, 'r+b') as f:
+        f.write(b'\0\0\0')
+    assert hc.inspect(rdir, COMMIT, entries, want_hash='none')['problems'] == []
+    res = hc.inspect(rdir, COMMIT, entries, want_hash='all')
+    assert kinds(res['problems']) == [(shard.path, 'blob_hash')]
+    assert hc.remove_bad_blob(rdir, shard) and not os.path.exists(bp)
+
+
+def test_quick_verify_reads_no_content_unless_stat_changed(tmp_path, monkeypatch):
+    _cache, rdir, entries = make_tree(tmp_path, model_files())
+    stats = hc.inspect(rdir, COMMIT, entries, want_hash='all')['stats']
+    man = hc.build_manifest(REPO, COMMIT, 'main', entries, stats, None, None)
+    hc.write_json_atomic(hc.manifest_path(rdir, COMMIT), man)
+    assert hc.load_manifest(rdir, COMMIT) is None      # no marker yet: not complete
+    hc.write_marker(rdir, COMMIT)
+    loaded = hc.load_manifest(rdir, COMMIT)
+    assert loaded['total_bytes'] == sum(e.size for e in entries)
+
+    calls = []
+    real = hc.hash_file
+    monkeypatch.setattr(hc, 'hash_file', lambda p, e, chunk=hc.HASH_CHUNK: calls.append(p) or real(p, e))
+    res = hc.quick_verify(rdir, COMMIT, loaded)
+    assert res['problems'] == [] and calls == []
+    # rewrite one blob in place: its mtime changes, so it (and only it) is hashed, and found corrupt
+    shard = [e for e in entries if e.path.endswith('00001-of-00003.safetensors')][0]
+    bp = hc.blob_path(rdir, shard.etag)
+    with open(bp, 'r+b') as f:
+        f.write(b'\0')
+    os.utime(bp, ns=(1, 1))
+    res = hc.quick_verify(rdir, COMMIT, loaded)
+    assert calls == [bp]
+    assert kinds(res['problems']) == [(shard.path, 'blob_hash')]
+
+
+def test_entries_from_siblings_and_patterns():
+    sibs = [
+        {'rfilename': 'config.json', 'size': 10, 'blobId': 'a' * 40},
+        {'rfilename': 'model-00001.safetensors', 'size': 5, 'blobId': 'c' * 40,
+         'lfs': {'sha256': 'b' * 64, 'size': 5000, 'pointerSize': 130}},
+        {'rfilename': 'original/consolidated.pth', 'size': 7, 'blobId': 'd' * 40},
+    ]
+    entries = hc.entries_from_siblings(sibs)
+    by = dict((e.path, e) for e in entries)
+    assert by['model-00001.safetensors'].etag == 'b' * 64 and by['model-00001.safetensors'].size == 5000
+    assert by['config.json'].etag == 'a' * 40 and not by['config.json'].lfs
+    assert [e.path for e in hc.filter_entries(entries, ignore_patterns=['original/'])] == [
+        'config.json', 'model-00001.safetensors']
+    assert [e.path for e in hc.filter_entries(entries, allow_patterns=['*.json'])] == ['config.json']
+    with pytest.raises(hc.HfCacheError, match='no size'):
+        hc.entries_from_siblings([{'rfilename': 'x', 'size': None, 'blobId': 'a' * 40}])
+
+
+def test_refs_are_recorded_once(tmp_path):
+    rdir = str(tmp_path / 'r')
+    assert hc.read_ref(rdir, 'main') is None
+    assert hc.write_ref(rdir, 'main', COMMIT) is True
+    assert hc.write_ref(rdir, 'main', COMMIT) is False
+    assert hc.read_ref(rdir, 'main') == COMMIT
+    assert hc.read_ref(rdir, COMMIT) == COMMIT
+    assert hc.write_ref(rdir, COMMIT, COMMIT) is False
+
+
+def test_ownership_and_modes(tmp_path):
+    _cache, rdir, entries = make_tree(tmp_path, model_files())
+    assert hc.dir_mode_for(0o644) == 0o755 and hc.dir_mode_for(0o640) == 0o750 and hc.dir_mode_for(0o600) == 0o700
+    assert hc.apply_ownership(rdir, COMMIT, None, None, 0o640) > 0
+    bp = hc.blob_path(rdir, entries[0].etag)
+    assert os.stat(bp).st_mode & 0o777 == 0o640
+    assert os.stat(os.path.join(rdir, 'blobs')).st_mode & 0o777 == 0o750
+    assert hc.apply_ownership(rdir, COMMIT, None, None, 0o640) == 0
+
+
+def test_progress_message():
+    msg = hc.progress_message({'bytes_total': 4 * 2 ** 30, 'bytes_done': 2 ** 30, 'rate_bps': 100 * 2 ** 20,
+                               'eta_s': 3725, 'files_done': 2, 'files_total': 9, 'retries': 1, 'state': 'running'})
+    assert msg == '1.0 GiB of 4.0 GiB (25.0%), 100.0 MiB/s, 1:02:05 left, file 2/9, 1 retries'

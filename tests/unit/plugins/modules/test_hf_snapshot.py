@@ -1,0 +1,183 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""hf_snapshot, hf_download and hf_progress run as Ansible runs them, against the lab's hub test double."""
+
+import importlib.util
+import json
+import os
+import threading
+import urllib.request
+
+import pytest
+
+from inkling_test_helpers import run_module
+
+pytest.importorskip('huggingface_hub')
+
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+REPO_ID = 'thinkingmachines/Inkling-NVFP4'
+SHARD = 'model-00002-of-00003.safetensors'
+
+
+def load(name, filename):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, 'lab', 'hub', filename))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope='module')
+def hub(tmp_path_factory):
+    fake_hub = load('fake_hub_m', 'fake_hub.py')
+    make_model = load('make_model_m', 'make-model.py')
+    root = str(tmp_path_factory.mktemp('hubroot'))
+    make_model.main(['--root', root, '--shards', '3', '--shard-kib', '2048'])
+    srv = fake_hub.FakeHub(('127.0.0.1', 0), root)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    with open(os.path.join(root, 'revisions.json')) as f:
+        commit = json.load(f)[REPO_ID]['commit']
+    yield {'url': 'http://127.0.0.1:%d' % srv.server_address[1], 'srv': srv, 'commit': commit}
+    srv.shutdown()
+    srv.server_close()
+
+
+def control(hub, method, path, body=None):
+    req = urllib.request.Request(hub['url'] + path, method=method,
+                                 data=json.dumps(body).encode() if body is not None else None)
+    with urllib.request.urlopen(req) as resp:
+        return json.loads(resp.read())
+
+
+def snap(tmp_path, hub, cache, phase='plan', check_mode=False, **extra):
+    args = {'phase': phase, 'repo_id': REPO_ID, 'revision': 'main', 'cache_dir': cache, 'endpoint': hub['url']}
+    args.update(extra)
+    return run_module('hf_snapshot', args, tmp_path=tmp_path, check_mode=check_mode)
+
+
+def download(tmp_path, hub, plan, **extra):
+    args = {'plan_file': plan['plan_file'], 'progress_file': plan['progress_file'], 'endpoint': hub['url'],
+            'retries': 0, 'stall_timeout_s': 10, 'progress_interval_s': 0.2}
+    args.update(extra)
+    return run_module('hf_download', args, tmp_path=tmp_path)
+
+
+def stage(tmp_path, hub, cache, **extra):
+    rc, plan = snap(tmp_path, hub, cache, **extra)
+    assert rc == 0, plan
+    if plan['download']:
+        rc, res = download(tmp_path, hub, plan)
+        assert rc == 0, res
+    rc, fin = snap(tmp_path, hub, cache, phase='finalize', revision=plan['revision'])
+    assert rc == 0, fin
+    return plan, fin
+
+
+def test_check_mode_reports_and_writes_nothing(tmp_path, hub):
+    cache = str(tmp_path / 'cache')
+    rc, res = snap(tmp_path, hub, cache, check_mode=True)
+    assert rc == 0, res
+    assert res['changed'] is True and res['complete'] is False
+    assert res['revision'] == hub['commit'] and res['resolved_from'] == 'hub'
+    assert len(res['download']) == res['files_total'] == 10
+    assert res['download_bytes'] == res['bytes_total']
+    assert not os.path.exists(cache)
+
+
+def test_stage_verify_and_rerun_without_the_hub(tmp_path, hub):
+    cache = str(tmp_path / 'cache')
+    plan, fin = stage(tmp_path, hub, cache)
+    assert fin['changed'] is True and fin['complete'] is True
+    rdir = hc.repo_dir(cache, REPO_ID)
+    assert os.path.exists(hc.marker_path(rdir, hub['commit']))
+    assert hc.read_ref(rdir, 'main') == hub['commit']
+    assert not os.path.exists(hc.plan_path(rdir, hub['commit']))
+    with open(os.path.join(rdir, 'snapshots', hub['commit'], 'config.json')) as f:
+        assert json.load(f)['model_type'] == 'inkling'
+    # the re-run: main is resolved from refs/, checked against the manifest; a dead endpoint is never asked
+    rc, again = snap(tmp_path, hub, cache, endpoint='http://127.0.0.1:9')
+    assert rc == 0, again
+    assert again['complete'] is True and again['changed'] is False
+    assert again['resolved_from'] == 'refs' and again['download'] == [] and again['hashed_files'] == 0
+    rc, fin2 = snap(tmp_path, hub, cache, phase='finalize', endpoint='http://127.0.0.1:9')
+    assert rc == 0 and fin2['changed'] is False
+    # full re-hash on request
+    rc, full = snap(tmp_path, hub, cache, local_only=True, rehash=True)
+    assert rc == 0 and full['complete'] is True and full['hashed_files'] == 10
+
+
+def test_corrupt_blob_and_missing_link_are_repaired_alone(tmp_path, hub):
+    cache = str(tmp_path / 'cache')
+    stage(tmp_path, hub, cache)
+    rdir = hc.repo_dir(cache, REPO_ID)
+    snapdir = os.path.join(rdir, 'snapshots', hub['commit'])
+    blob = os.path.realpath(os.path.join(snapdir, SHARD))
+    with open(blob, 'r+b') as f:
+        f.seek(4096)
+        f.write(b'corrupt!')
+    os.unlink(os.path.join(snapdir, 'tokenizer.json'))
+    control(hub, 'POST', '/_fake/reset')
+    rc, plan = snap(tmp_path, hub, cache, local_only=True)
+    assert rc == 0 and plan['complete'] is False
+    found = sorted((p['path'], p['kind']) for p in plan['problems'])
+    assert found == [(SHARD, 'blob_hash'), ('tokenizer.json', 'link_missing')]
+    plan, fin = stage(tmp_path, hub, cache)
+    assert [d['path'] for d in plan['download']] == [SHARD]
+    assert fin['repaired'] == ['tokenizer.json'] and fin['complete'] is True
+    stats = control(hub, 'GET', '/_fake/stats')
+    assert list(stats['by_path']) == ['%s/%s' % (REPO_ID, SHARD)]
+
+
+def test_interrupted_download_resumes_across_processes(tmp_path, hub):
+    cache = str(tmp_path / 'cache')
+    control(hub, 'POST', '/_fake/reset')
+    control(hub, 'POST', '/_fake/faults', {'path': SHARD, 'drop_at': 1500000, 'times': 1000})
+    try:
+        rc, plan = snap(tmp_path, hub, cache)
+        rc, res = download(tmp_path, hub, plan)
+        assert rc == 1 and 'Remedy: re-run' in res['msg'] and SHARD in res['msg']
+        with open(plan['progress_file']) as f:
+            prog = json.load(f)
+        assert prog['state'] == 'failed' and prog['files_done'] >= 1
+    finally:
+        control(hub, 'DELETE', '/_fake/faults')
+    rdir = hc.repo_dir(cache, REPO_ID)
+    etag = [d['etag'] for d in plan['download'] if d['path'] == SHARD][0]
+    kept = os.path.getsize(hc.incomplete_path(rdir, etag))
+    assert kept == 1024 * 1024            # whole chunks before the cut are kept
+    # F11: the partial file is not a complete snapshot
+    rc, fin = snap(tmp_path, hub, cache, phase='finalize', revision=plan['revision'])
+    assert rc == 1 and 'blob_missing' in json.dumps(fin['problems'])
+    control(hub, 'POST', '/_fake/reset')
+    plan2, fin = stage(tmp_path, hub, cache)
+    assert fin['complete'] is True
+    size = [d['size'] for d in plan2['download'] if d['path'] == SHARD][0]
+    stats = control(hub, 'GET', '/_fake/stats')
+    assert stats['by_path']['%s/%s' % (REPO_ID, SHARD)] == size - kept
+    assert stats['range_requests'] == 1
+    # files finished before the interruption were not fetched again
+    assert len(plan2['download']) < len(plan['download'])
+    rc, prog = run_module('hf_progress', {'progress_file': plan2['progress_file'], 'wait_s': 0}, tmp_path=tmp_path)
+    assert rc == 0 and prog['finished'] is True and prog['progress']['state'] == 'done'
+    assert '(100.0%)' in prog['msg']
+
+
+def test_f11_incomplete_blob_blocks_the_marker(tmp_path, hub):
+    cache = str(tmp_path / 'cache')
+    stage(tmp_path, hub, cache)
+    rdir = hc.repo_dir(cache, REPO_ID)
+    with open(os.path.join(rdir, '.inkling', hub['commit'] + '.json')) as f:
+        etag = json.load(f)['files'][0]['etag']
+    with open(hc.incomplete_path(rdir, etag), 'wb') as f:
+        f.write(b'partial')
+    rc, fin = snap(tmp_path, hub, cache, phase='finalize')
+    assert rc == 1 and 'partial download left in blobs/' in fin['msg']
+    assert not os.path.exists(hc.marker_path(rdir, hub['commit']))
+
+
+def test_unknown_revision_names_host_and_remedy(tmp_path, hub):
+    rc, res = snap(tmp_path, hub, str(tmp_path / 'c'), revision='no-such-branch')
+    assert rc == 1
+    assert "revision 'no-such-branch' not found in %s" % REPO_ID in res['msg'] and 'Remedy' in res['msg']
