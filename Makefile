@@ -34,5 +34,5 @@ unit: setup
 	pytest -q tests/unit
 
 molecule: setup
-	bash lab/lab.sh build
+	bash lab/lab.sh up --services-only
 	molecule test --all

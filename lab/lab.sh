@@ -99,6 +99,7 @@ cmd_up() {
   t=$(now_s); "$lab_dir/scripts/registry.sh"; log "registry ready ($(elapsed "$t") s)"
   t=$(now_s); "$lab_dir/scripts/standin.sh"; log "stand-in images ready ($(elapsed "$t") s)"
   t=$(now_s); "$lab_dir/scripts/hub.sh"; log "hub ready ($(elapsed "$t") s)"
+  t=$(now_s); "$lab_dir/scripts/wheels.sh"; log "host wheels ready ($(elapsed "$t") s)"
   write_generated
   if [ "$services_only" = 0 ]; then
     t=$(now_s); "$lab_dir/scripts/hosts.sh"; log "hosts booted ($(elapsed "$t") s)"
@@ -218,20 +219,21 @@ cmd_shape() {
 }
 
 # One lab.sh changes the lab at a time (a test run and a person, say); status just reads.
+# The lock is held by flock itself (-o), not by a descriptor of this shell: containers
+# started below (conmon daemons) would inherit such a descriptor and hold the lock forever.
 lock() {
   mkdir -p "$LAB_STATE"
-  exec 9>"$LAB_STATE/.lock"
-  if ! flock -n 9; then
+  if ! flock -n "$LAB_STATE/.lock" true; then
     log "waiting for another lab/lab.sh to finish"
-    flock 9
   fi
+  LAB_LOCKED=1 exec flock -o "$LAB_STATE/.lock" "$0" "$@"
 }
 
 [ $# -ge 1 ] || usage
 command=$1
 shift
 case $command in
-  up|down|prepare|fault) lock ;;
+  up|down|prepare|fault) [ -n "${LAB_LOCKED:-}" ] || lock "$command" "$@" ;;
 esac
 case $command in
   up) cmd_up "$@" ;;

@@ -31,10 +31,15 @@ step yamllint yamllint -s .
 step ansible-lint ansible-lint --offline
 step sanity bash scripts/sanity.sh
 step unit pytest -q tests/unit
-step lab-images bash lab/lab.sh build
+lab_was_up=false
+podman container exists lab-registry 2>/dev/null && lab_was_up=true
+step lab-services bash lab/lab.sh up --services-only
 for s in $scenarios; do
   step "molecule:$s" molecule test -s "$s"
 done
+
+# Leave nothing running, unless the lab was already up before the tests (make lab-deploy).
+if [ "$lab_was_up" = false ]; then step lab-down bash lab/lab.sh down; fi
 
 echo
 if [ $failed -gt 0 ]; then echo "failed steps: ${failed_steps[*]}"; fi

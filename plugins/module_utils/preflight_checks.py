@@ -694,6 +694,32 @@ def check_shm(shm_bytes, tensor_parallel_size, ipc_host, min_mib):
                 '(NCCL fails to create its shared memory segments)' % (tensor_parallel_size, min_mib))]
 
 
+def check_mounts(variant, exists=None):
+    """Every host path the variant mounts into the container must exist (podman refuses to
+    start the container otherwise: ``statfs SOURCE: no such file or directory``)."""
+    exists = exists or {}
+    checks = []
+    for mount in (variant or {}).get('mounts') or []:
+        source = mount.get('source')
+        if not source:
+            continue
+        found = exists.get(source)
+        if found is None:
+            continue
+        remedy = ('stage %s on the host before the rollout' % source)
+        if 'cubin' in source or 'cubin' in (mount.get('target') or ''):
+            remedy += (' (FlashInfer cubins: run `flashinfer download-cubin` with the FlashInfer version of the '
+                       'variant\'s image on a connected machine and copy the tree there; see docs/variants.md)')
+        remedy += ', or change the variant\'s mounts with preflight_variant_overrides'
+        checks.append(result(
+            'variant.mounts', bool(found), '%s %s' % (source, 'exists' if found else 'is missing'),
+            'every host path the variant %s mounts exists' % variant.get('name'), remedy=remedy,
+            message=('mount source %s for %s present' % (source, mount.get('target')) if found else
+                     'the variant %s mounts %s at %s, but %s does not exist on this host: podman would '
+                     'refuse to start the container' % (variant.get('name'), source, mount.get('target'), source))))
+    return checks
+
+
 def check_selinux(mode):
     mode = (mode or 'disabled').lower()
     if mode == 'enforcing':
@@ -713,7 +739,7 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
              tensor_parallel_size=8, podman_min_version='4.4', podman_bad_versions=None,
              cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
              shm_min_mib=1024, service_ipc_host=True, fabricmanager_unit='nvidia-fabricmanager',
-             fabric_waited_s=0):
+             fabric_waited_s=0, mount_sources=None):
     """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``."""
     facts = host_facts or {}
     variant = variant or None
@@ -739,6 +765,7 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
                              remedy='set model.size_bytes for this variant (preflight_variant_overrides)',
                              message='free space for the model snapshot not checked: variant %s has no '
                                      'model.size_bytes' % variant.get('name')))
+    checks += check_mounts(variant, mount_sources)
     checks += check_shm(facts.get('shm_bytes'), tensor_parallel_size, service_ipc_host, shm_min_mib)
     checks += check_selinux(facts.get('selinux'))
     failures = [c for c in checks if not c['ok'] and c['level'] == 'error']

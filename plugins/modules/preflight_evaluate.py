@@ -20,10 +20,12 @@ description:
     errors, no pending or failed row remapping), the fabric (fabric manager installed, active and of the
     driver's version where the host sees NVSwitch devices; fabric state Completed/Success wherever a GPU
     reports one), CDI (a spec listing C(nvidia.com/gpu=all) and every GPU, made for the running driver, in a
-    directory podman reads), podman (present, new enough, not a known-bad release), disk space, shared memory
+    directory podman reads), podman (present, new enough, not a known-bad release), disk space, the host paths
+    the variant mounts into the container (for example the FlashInfer cubins on Blackwell), shared memory
     and SELinux.
   - Never fails itself; the caller decides what to do with C(ok).
-  - Pure computation; it reads nothing on the host.
+  - Computation over the facts given, except that it checks on the host whether each mount source of the
+    variant exists.
 author:
   - inkling.fleet contributors (!UNKNOWN)
 options:
@@ -163,6 +165,8 @@ summary:
   type: str
 '''
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 
@@ -191,6 +195,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    # Host paths the variant mounts are looked up here, on the managed host.
+    mount_sources = dict((m.get('source'), os.path.exists(m.get('source')))
+                         for m in ((p['variant'] or {}).get('mounts') or []) if m.get('source'))
     report = pc.evaluate(
         p['host'], gpu=p['gpu'], gpu_error=p['gpu_error'], host_facts=p['host_facts'],
         variant=p['variant'], variant_error=p['variant_error'],
@@ -199,7 +206,7 @@ def main():
         disk_margin_pct=p['disk_margin_pct'], image_free_bytes=p['image_free_bytes'],
         tmp_free_bytes=p['tmp_free_bytes'], shm_min_mib=p['shm_min_mib'],
         service_ipc_host=p['service_ipc_host'], fabricmanager_unit=p['fabricmanager_unit'],
-        fabric_waited_s=p['fabric_waited_s'])
+        fabric_waited_s=p['fabric_waited_s'], mount_sources=mount_sources)
     module.exit_json(changed=False, summary=pc.summary(report), report=report)
 
 

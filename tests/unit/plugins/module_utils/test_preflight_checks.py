@@ -607,3 +607,18 @@ def test_unknown_model_size_is_a_warning():
     report = run(variant=variant)
     assert report['ok']
     assert 'host.disk_model_size' in warned(report)
+
+
+def test_variant_mount_source_missing_is_a_failure_naming_the_cubins():
+    """Seen in the lab: podman refused to start the sm100 unit, `statfs
+    /var/lib/inkling/flashinfer-cubins: no such file or directory`. Preflight catches it first."""
+    variant = {'name': 'sm100', 'mounts': [{'source': '/var/lib/inkling/flashinfer-cubins',
+                                            'target': '/opt/flashinfer/cubins', 'options': 'ro'}]}
+    missing = pc.check_mounts(variant, {'/var/lib/inkling/flashinfer-cubins': False})
+    assert len(missing) == 1 and missing[0]['ok'] is False
+    assert missing[0]['check'] == 'variant.mounts'
+    assert 'does not exist on this host' in missing[0]['message']
+    assert 'flashinfer download-cubin' in missing[0]['remedy']
+    present = pc.check_mounts(variant, {'/var/lib/inkling/flashinfer-cubins': True})
+    assert present[0]['ok'] is True
+    assert pc.check_mounts({'name': 'sm90-patched', 'mounts': []}, {}) == []
