@@ -6,7 +6,7 @@
 # any failed, and the last line counts steps passed and failed.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-cd "$top"
+cd "$top" || exit 1
 
 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
 export PATH="$top/.venv/bin:$PATH"

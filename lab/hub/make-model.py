@@ -75,7 +75,7 @@ def build_files(repo_id, shards, shard_kib, seed):
         n_bytes = shard_kib * 1024
         t_weight = 'model.layers.%d.mlp.experts.weight' % i
         t_scale = 'model.layers.%d.mlp.experts.weight_scale' % i
-        data = rng.randbytes(n_bytes) if hasattr(rng, 'randbytes') else bytes(rng.getrandbits(8) for _ in range(n_bytes))
+        data = rng.randbytes(n_bytes) if hasattr(rng, 'randbytes') else bytes(rng.getrandbits(8) for dummy in range(n_bytes))
         scale = rng.randbytes(256) if hasattr(rng, 'randbytes') else bytes(256)
         files[name] = safetensors_bytes({t_weight: ('U8', (n_bytes,), data), t_scale: ('F16', (128,), scale)})
         weight_map[t_weight] = name
@@ -122,7 +122,7 @@ def write_repo(root, repo_id, files, tag):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     ap.add_argument('--root', default=DEFAULT_ROOT)
     ap.add_argument('--repo-id', default='thinkingmachines/Inkling-NVFP4')
     ap.add_argument('--shards', type=int, default=4)

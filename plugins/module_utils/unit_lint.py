@@ -352,16 +352,16 @@ def lint_unit(content, kind='quadlet', podman_version=None, tensor_parallel_size
     effective_ts = ts if ts is not None else SYSTEMD_DEFAULT_TIMEOUT_START_S
     if ts is not None and ts == 0:
         effective_ts = float('inf')  # TimeoutStartSec=0 disables the timeout
+    ts_text = 'unset (90 s default)' if ts is None else '{0:g} s'.format(ts)
     if min_timeout_start_s is not None and effective_ts < min_timeout_start_s:
-        errors.append('TimeoutStartSec %s is below the required %d s (F14)'
-                      % ('unset (90 s default)' if ts is None else '%g s' % ts, min_timeout_start_s))
+        errors.append('TimeoutStartSec {0} is below the required {1:d} s (F14)'.format(ts_text, int(min_timeout_start_s)))
     if ert is not None and effective_ts < ert:
-        errors.append('TimeoutStartSec %s is below VLLM_ENGINE_READY_TIMEOUT_S=%g: systemd would kill the '
-                      'start before vLLM gives up (F14/F15)' % ('unset (90 s default)' if ts is None else '%g s' % ts, ert))
+        errors.append('TimeoutStartSec {0} is below VLLM_ENGINE_READY_TIMEOUT_S={1:g}: systemd would kill the '
+                      'start before vLLM gives up (F14/F15)'.format(ts_text, ert))
     hsp = f['health_start_period']
     if hsp is not None and hsp >= effective_ts:
-        errors.append('HealthStartPeriod %g s exceeds effective TimeoutStartSec (%s) (F14)'
-                      % (hsp, '90s default' if ts is None else '%g s' % ts))
+        errors.append('HealthStartPeriod {0:g} s exceeds effective TimeoutStartSec ({1}) (F14)'.format(
+            hsp, '90s default' if ts is None else '{0:g} s'.format(ts)))
     return errors
 
 

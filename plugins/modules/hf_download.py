@@ -13,7 +13,7 @@ module: hf_download
 short_description: Download the files of a hub cache plan, resumably, with a progress file
 version_added: 0.1.0
 description:
-  - Downloads the files listed in a plan written by M(inkling.fleet.hf_snapshot) (O(phase=plan)) into
+  - Downloads the files listed in a plan written by M(inkling.fleet.hf_snapshot) (its C(phase=plan)) into
     the standard hub cache layout, one file at a time, and writes progress (bytes done of total, rate,
     time left) to a JSON file at least every O(progress_interval_s) seconds. Meant to run as an async
     task, polled by M(inkling.fleet.hf_progress).
@@ -31,7 +31,7 @@ description:
     unauthorised and out-of-space errors fail at once.
   - Run it with the staging virtual environment's python (C(huggingface_hub) is needed).
 author:
-  - inkling.fleet contributors
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   plan_file:
     description: Plan written by M(inkling.fleet.hf_snapshot).

@@ -19,7 +19,7 @@ description:
     run instead of staying silent.
   - Reports C(stalled) when the download made no progress for O(stall_timeout_s) seconds.
 author:
-  - inkling.fleet contributors
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   progress_file:
     description: The progress file.

@@ -33,7 +33,7 @@ description:
   - O(phase=plan) needs C(huggingface_hub) on the host only when the hub must be asked (first staging,
     changed patterns, O(refresh_revision=true)); run it with the staging virtual environment's python.
 author:
-  - inkling.fleet contributors
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   phase:
     description: V(plan) before downloading, V(finalize) after.

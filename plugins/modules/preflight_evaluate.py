@@ -27,7 +27,7 @@ description:
   - Computation over the facts given, except that it checks on the host whether each mount source of the
     variant exists.
 author:
-  - inkling.fleet contributors (!UNKNOWN)
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   host:
     description: Host name used in messages.

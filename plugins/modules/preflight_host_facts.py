@@ -25,7 +25,7 @@ description:
     C(/dev/shm); the SELinux mode.
   - A missing tool (no podman, no lspci, no systemd) is reported in the facts, never an error.
 author:
-  - inkling.fleet contributors (!UNKNOWN)
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   driver_version_file:
     description: File with the kernel module version, as C(/proc/driver/nvidia/version) prints it.

@@ -28,7 +28,7 @@ description:
   - In check mode every check runs (they only write to a private temporary directory) and
     nothing is installed.
 author:
-  - inkling.fleet maintainers
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   name:
     description: Container and unit base name; the unit is C(<name>.service).

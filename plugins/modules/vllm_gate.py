@@ -30,7 +30,7 @@ description:
     read-only hub cache, unsupported compute capability, out of memory, bad arguments,
     missing snapshot).
 author:
-  - inkling.fleet contributors
+  - inkling.fleet contributors (@inkling-fleet)
 options:
   unit:
     description: Name of the systemd service that runs the server, for example C(inkling-vllm.service).

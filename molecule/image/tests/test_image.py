@@ -89,7 +89,7 @@ def test_online_auth_file_root_only(host):
     assert f.mode == 0o600
     auths = json.loads(f.content_string)["auths"]
     assert list(auths) == [REGISTRY]
-    user, _, password = base64.b64decode(auths[REGISTRY]["auth"]).decode().partition(":")
+    user, dummy, password = base64.b64decode(auths[REGISTRY]["auth"]).decode().partition(":")
     assert user == "inkling-test" and password
     # The credentials work for a pull through this file (what the service unit will use).
     out = _podman(host, "pull", "--authfile", AUTH_FILE, REPO + ":1")

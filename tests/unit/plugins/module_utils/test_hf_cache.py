@@ -152,7 +152,7 @@ def test_f11_free_space_refused_before_download(tmp_path, monkeypatch):
     assert details['needed_with_margin_bytes'] == 2047500000000
     assert msg.startswith('gpu-node-07: not enough free space')
     assert 'need 1.8 TiB + 5% margin = 1.9 TiB, 1.0 TiB free' in msg
-    ok, msg, _ = hc.space_check(str(tmp_path), 10 ** 9, 5, 'gpu-node-07')
+    ok, msg, dummy = hc.space_check(str(tmp_path), 10 ** 9, 5, 'gpu-node-07')
     assert ok and msg is None
 
 

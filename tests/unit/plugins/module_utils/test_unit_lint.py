@@ -43,7 +43,7 @@ def test_render_quadlet_passes_own_lint():
     text = ul.render_quadlet(spec(), podman_version=(5, 4, 2))
     assert lint(text, podman_version=(5, 4, 2), min_timeout_start_s=3600) == []
     sections = ul.parse_unit(text)
-    keys = [k for k, _ in sections['Container']]
+    keys = [k for k, dummy in sections['Container']]
     assert 'Pull' in keys and ('Pull', 'never') in sections['Container']
     assert ('AddDevice', 'nvidia.com/gpu=all') in sections['Container']
     assert ('PodmanArgs', '--ipc=host') in sections['Container']
@@ -55,7 +55,7 @@ def test_render_quadlet_passes_own_lint():
 def test_render_quadlet_old_podman_uses_podman_args_for_pull_and_secret():
     text = ul.render_quadlet(spec(secrets=[{'name': 'k', 'target': 'VLLM_API_KEY'}]), podman_version=(4, 4, 1))
     sections = ul.parse_unit(text)
-    keys = [k for k, _ in sections['Container']]
+    keys = [k for k, dummy in sections['Container']]
     assert 'Pull' not in keys and 'Secret' not in keys
     assert ('PodmanArgs', '--pull=never') in sections['Container']
     assert ('PodmanArgs', '--secret=k,type=env,target=VLLM_API_KEY') in sections['Container']
