@@ -32,7 +32,7 @@ step ansible-lint ansible-lint --offline
 step sanity bash scripts/sanity.sh
 step unit pytest -q tests/unit
 lab_was_up=false
-podman container exists lab-registry 2>/dev/null && lab_was_up=true
+[ "$(podman container inspect --format '{{.State.Running}}' lab-registry 2>/dev/null)" = true ] && lab_was_up=true
 step lab-services bash lab/lab.sh up --services-only
 for s in $scenarios; do
   step "molecule:$s" molecule test -s "$s"
@@ -43,5 +43,5 @@ if [ "$lab_was_up" = false ]; then step lab-down bash lab/lab.sh down; fi
 
 echo
 if [ $failed -gt 0 ]; then echo "failed steps: ${failed_steps[*]}"; fi
-echo "test steps: $passed passed, $failed failed"
+echo "steps: $passed passed, $failed failed"
 [ $failed -eq 0 ]
