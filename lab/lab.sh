@@ -125,7 +125,14 @@ cmd_down() {
   if [ -n "${ids// /}" ]; then
     log "removing containers"
     # shellcheck disable=SC2086 # ids is a list of words
-    podman rm -f -t 5 $ids >/dev/null
+    if ! podman rm -f -t 5 $ids >/dev/null; then
+      # Seen once right after heavy use: podman answered 125 while a container was still
+      # being torn down. A second pass (ignoring those already gone) settles it.
+      warn "podman rm failed; retrying once"
+      sleep 3
+      # shellcheck disable=SC2086
+      podman rm -f -t 5 --ignore $ids >/dev/null
+    fi
   fi
   if podman network exists "$LAB_NETWORK"; then
     # Molecule scenarios may attach their own containers to the lab network; those
