@@ -39,7 +39,10 @@ for s in $scenarios; do
 done
 
 # Leave nothing running, unless the lab was already up before the tests (make lab-deploy).
-if [ "$lab_was_up" = false ]; then step lab-down bash lab/lab.sh down; fi
+# This is clean-up, not a test: a failure is reported but does not fail the run.
+if [ "$lab_was_up" = false ]; then
+  bash lab/lab.sh down || echo "warning: lab/lab.sh down failed; run it again to remove what is left"
+fi
 
 echo
 if [ $failed -gt 0 ]; then echo "failed steps: ${failed_steps[*]}"; fi
