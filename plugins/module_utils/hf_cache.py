@@ -15,6 +15,8 @@ huggingface_hub. The layout is the one huggingface_hub writes::
 
 Field failures covered: F10 (dangling links after a copy), F11 (partial
 snapshot that looks complete: ``.incomplete`` blobs, short blobs, no space).
+Also shared by the modules: the progress file, the final recording of a verified
+snapshot, and the doubling tree of the peer fan-out.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 
 MANIFEST_VERSION = 1
@@ -628,6 +631,200 @@ def apply_ownership(rdir, commit, uid, gid, file_mode):
     return changed
 
 
+def resolve_owner(owner, group):
+    """(uid, gid) for hf_cache_owner/hf_cache_group (names or numbers); None keeps the current one."""
+    import grp  # pylint: disable=import-outside-toplevel
+    import pwd  # pylint: disable=import-outside-toplevel
+    uid = gid = None
+    try:
+        if owner not in (None, ''):
+            uid = int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid
+        if group not in (None, ''):
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError as exc:
+        raise HfCacheError('unknown user or group %s for hf_cache_owner/hf_cache_group' % exc)
+    return uid, gid
+
+
+def parse_mode(mode):
+    try:
+        return int(mode, 8)
+    except (TypeError, ValueError):
+        raise HfCacheError('mode %r is not an octal string' % (mode,))
+
+
+def commit_snapshot(rdir, repo_id, commit, requested, entries, stats, allow_patterns, ignore_patterns, uid, gid, file_mode,
+                    old_manifest=None):
+    """Record a snapshot whose files were verified: refs, ownership and modes, the manifest, and the
+    completion marker last. Drops the plan and the downloader's record. Returns True when it changed
+    anything. Shared by hf_snapshot (phase=finalize) and hf_peer_copy."""
+    changed = write_ref(rdir, requested, commit)
+    changed |= apply_ownership(rdir, commit, uid, gid, file_mode) > 0
+    stats = dict(stats)
+    for e in entries:  # refresh after chown/chmod (ctime only) and link repairs
+        stats[e.etag] = stat_key(blob_path(rdir, e.etag))
+    manifest = build_manifest(repo_id, commit, requested, entries, stats, allow_patterns, ignore_patterns)
+    old = old_manifest or {}
+    same = (old.get('files') == manifest['files'] and old.get('patterns') == manifest['patterns'])
+    if not same or not os.path.exists(marker_path(rdir, commit)):
+        write_json_atomic(manifest_path(rdir, commit), manifest, mode=0o644)
+        write_marker(rdir, commit)
+        changed = True
+    for leftover in (plan_path(rdir, commit), hashed_path(rdir, commit)):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+    sd = state_dir(rdir)
+    os.chmod(sd, 0o755)
+    for name in os.listdir(sd):
+        fp = os.path.join(sd, name)
+        if name.endswith('.json') or name.endswith('.complete'):
+            if (os.stat(fp).st_mode & 0o777) != 0o644:
+                os.chmod(fp, 0o644)
+    return changed
+
+
+# --------------------------------------------------------------------------
+# peer fan-out: the doubling tree
+# --------------------------------------------------------------------------
+
+def peer_tree(peers, roots):
+    """Parent of every receiver in the doubling tree.
+
+    ``peers`` is the ordered list of hosts, ``roots`` those that hold the snapshot (or download it
+    from the hub) at the start. Round by round every holder serves the next receiver in order,
+    and the receivers of a round serve from the next round on: the holders double per round, and
+    a receiver in round k has k ancestors. Returns {receiver: parent}; empty without a root.
+    """
+    holders = [p for p in peers if p in roots]
+    waiting = [p for p in peers if p not in roots]
+    parent = {}
+    while waiting and holders:
+        pairs = list(zip(holders, waiting))
+        for src, dst in pairs:
+            parent[dst] = src
+        holders = holders + [dst for dummy, dst in pairs]
+        waiting = waiting[len(pairs):]
+    return parent
+
+
+def peer_sources(host, peers, roots):
+    """Where host copies from, in order: its parent in the tree, then the parent's ancestors up to a
+    root (used when the parent fails), then every other peer, starting after host (used when no
+    ancestor is left)."""
+    parent = peer_tree(peers, roots)
+    chain, cur = [], host
+    while cur in parent and parent[cur] not in chain:
+        cur = parent[cur]
+        chain.append(cur)
+    i = peers.index(host) if host in peers else 0
+    others = [p for p in peers[i + 1:] + peers[:i] if p != host and p not in chain]
+    return chain, others
+
+
+# --------------------------------------------------------------------------
+# progress file (hf_download, hf_peer_copy; read by hf_progress)
+# --------------------------------------------------------------------------
+
+class Progress(object):
+    """Counts bytes and writes the progress JSON every ``interval`` seconds from a thread.
+
+    Bytes done are the finished files plus the file being fetched (``current``: (FileEntry,
+    function returning the paths to watch)), or what ``measure()`` returns when given.
+    """
+
+    def __init__(self, path, files_total, bytes_total, interval, measure=None, extra=None):
+        self.path = path
+        self.interval = interval
+        self.measure = measure
+        self.extra = dict(extra or {})
+        self.lock = threading.Lock()
+        self.files_total = files_total
+        self.bytes_total = bytes_total
+        self.finished_bytes = 0
+        self.files_done = 0
+        self.current = None          # (FileEntry, function returning the paths to watch) or None
+        self.retries = 0
+        self.state = 'running'
+        self.error = None
+        self.started = time.time()
+        self.resumed = 0
+        self.samples = []            # (time, bytes_done) for the rate
+        self.last_growth = time.time()
+        self.last_done = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.daemon = True
+
+    def current_bytes(self):
+        cur = self.current
+        if not cur:
+            return 0
+        entry, watch = cur[0], cur[1]
+        size = 0
+        for p in watch():
+            try:
+                size = max(size, os.path.getsize(p))
+            except OSError:
+                pass
+        return min(size, entry.size)
+
+    def done_bytes(self):
+        if self.measure is not None:
+            try:
+                return min(self.measure(), self.bytes_total)
+            except (IOError, OSError):
+                return max(self.last_done, 0)
+        return self.finished_bytes + self.current_bytes()
+
+    def snapshot(self):
+        with self.lock:
+            done = self.done_bytes()
+            now = time.time()
+            if done != self.last_done:
+                self.last_growth = now
+                self.last_done = done
+            self.samples.append((now, done))
+            self.samples = [s for s in self.samples if now - s[0] <= 30] or [(now, done)]
+            t0, b0 = self.samples[0]
+            rate = (done - b0) / (now - t0) if now > t0 else 0.0
+            left = self.bytes_total - done
+            data = dict(self.extra)
+            data.update({
+                'state': self.state, 'error': self.error,
+                'bytes_total': self.bytes_total, 'bytes_done': done, 'bytes_resumed': self.resumed,
+                'rate_bps': int(rate), 'eta_s': int(left / rate) if rate > 0 else None,
+                'files_total': self.files_total, 'files_done': self.files_done,
+                'current_file': self.current[0].path if self.current else None,
+                'retries': self.retries, 'started': int(self.started), 'updated': int(now),
+                'seconds_since_progress': int(now - self.last_growth), 'pid': os.getpid(),
+            })
+            return data
+
+    def write(self):
+        write_json_atomic(self.path, self.snapshot(), mode=0o644)
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            try:
+                self.write()
+            except Exception:  # pylint: disable=broad-except
+                pass
+
+    def start(self):
+        self.write()
+        self._thread.start()
+
+    def stop(self, state, error=None):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        with self.lock:
+            self.state = state
+            self.error = error
+            self.current = None
+        self.write()
+
+
 # --------------------------------------------------------------------------
 # formatting
 # --------------------------------------------------------------------------
@@ -651,8 +848,13 @@ def human_duration(seconds):
 
 
 def progress_message(progress):
-    """One line for the operator from a downloader progress dict."""
+    """One line for the operator from a progress dict (hf_download, hf_peer_copy)."""
+    if progress.get('state') == 'waiting':
+        return 'waiting for %s to hold a verified snapshot (%s so far)' % (
+            progress.get('source') or 'a peer', human_duration(int(time.time()) - int(progress.get('started') or time.time())))
     total = progress.get('bytes_total') or 0
+    if progress.get('state') == 'failed' and not total and progress.get('error'):
+        return '[failed]: %s' % progress['error']
     done = progress.get('bytes_done') or 0
     pct = (100.0 * done / total) if total else 100.0
     rate = progress.get('rate_bps') or 0
@@ -667,4 +869,6 @@ def progress_message(progress):
         msg += ' [%s]' % state
     if progress.get('error'):
         msg += ': %s' % progress['error']
+    if progress.get('source'):
+        msg = 'from %s: %s' % (progress['source'], msg)
     return msg

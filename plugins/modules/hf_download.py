@@ -112,7 +112,6 @@ seconds:
 import errno
 import os
 import sys
-import threading
 import time
 import traceback
 
@@ -138,89 +137,6 @@ RESUME_CHUNK = 1024 * 1024
 
 class Fatal(Exception):
     """Not worth retrying (not found, unauthorised, disk full)."""
-
-
-class Progress(object):
-    """Counts bytes from the sizes of files on disk and writes the progress JSON."""
-
-    def __init__(self, path, plan, interval):
-        self.path = path
-        self.interval = interval
-        self.lock = threading.Lock()
-        self.files_total = len(plan['download'])
-        self.bytes_total = sum(d['size'] for d in plan['download'])
-        self.finished_bytes = 0
-        self.files_done = 0
-        self.current = None          # (FileEntry, base bytes of the current attempt, paths to watch)
-        self.retries = 0
-        self.state = 'running'
-        self.error = None
-        self.started = time.time()
-        self.resumed = 0
-        self.samples = []            # (time, bytes_done) for the rate
-        self.last_growth = time.time()
-        self.last_done = -1
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run)
-        self._thread.daemon = True
-
-    def current_bytes(self):
-        cur = self.current
-        if not cur:
-            return 0
-        entry, watch = cur
-        size = 0
-        for p in watch():
-            try:
-                size = max(size, os.path.getsize(p))
-            except OSError:
-                pass
-        return min(size, entry.size)
-
-    def snapshot(self):
-        with self.lock:
-            done = self.finished_bytes + self.current_bytes()
-            now = time.time()
-            if done != self.last_done:
-                self.last_growth = now
-                self.last_done = done
-            self.samples.append((now, done))
-            self.samples = [s for s in self.samples if now - s[0] <= 30] or [(now, done)]
-            t0, b0 = self.samples[0]
-            rate = (done - b0) / (now - t0) if now > t0 else 0.0
-            left = self.bytes_total - done
-            return {
-                'state': self.state, 'error': self.error,
-                'bytes_total': self.bytes_total, 'bytes_done': done, 'bytes_resumed': self.resumed,
-                'rate_bps': int(rate), 'eta_s': int(left / rate) if rate > 0 else None,
-                'files_total': self.files_total, 'files_done': self.files_done,
-                'current_file': self.current[0].path if self.current else None,
-                'retries': self.retries, 'started': int(self.started), 'updated': int(now),
-                'seconds_since_progress': int(now - self.last_growth), 'pid': os.getpid(),
-            }
-
-    def write(self):
-        hc.write_json_atomic(self.path, self.snapshot(), mode=0o644)
-
-    def _run(self):
-        while not self._stop.wait(self.interval):
-            try:
-                self.write()
-            except Exception:  # pylint: disable=broad-except
-                pass
-
-    def start(self):
-        self.write()
-        self._thread.start()
-
-    def stop(self, state, error=None):
-        self._stop.set()
-        self._thread.join(5)
-        with self.lock:
-            self.state = state
-            self.error = error
-            self.current = None
-        self.write()
 
 
 def is_fatal(exc):
@@ -299,7 +215,8 @@ def run(module):
     headers = build_hf_headers(token=p['token'] or False, library_name='inkling.fleet')
     hashed_file = hc.hashed_path(rdir, commit)
     hashed = hc.read_json(hashed_file, {}) or {}
-    prog = Progress(p['progress_file'], plan, p['progress_interval_s'])
+    prog = hc.Progress(p['progress_file'], len(plan['download']), sum(d['size'] for d in plan['download']),
+                       p['progress_interval_s'])
     prog.start()
     t0 = time.time()
     downloaded = resumed = 0

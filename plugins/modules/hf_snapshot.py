@@ -281,18 +281,10 @@ def resolve(module, rdir):
 
 
 def uid_gid(module):
-    import grp
-    import pwd
-    uid = gid = None
-    owner, group = module.params['owner'], module.params['group']
     try:
-        if owner not in (None, ''):
-            uid = int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid
-        if group not in (None, ''):
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-    except KeyError as exc:
-        module.fail_json(msg='%s: unknown user or group %s for hf_cache_owner/hf_cache_group' % (host_name(), exc))
-    return uid, gid
+        return hc.resolve_owner(module.params['owner'], module.params['group'])
+    except hc.HfCacheError as exc:
+        module.fail_json(msg='%s: %s' % (host_name(), exc))
 
 
 def base_result(p, rdir, commit, how, entries):
@@ -476,36 +468,15 @@ def run_finalize(module):
         res['complete'] = bool(man) and not changed
         module.exit_json(**res)
 
-    changed |= hc.write_ref(rdir, requested, commit)
     uid, gid = uid_gid(module)
     try:
-        mode = int(p['mode'], 8)
-    except ValueError:
-        module.fail_json(msg='mode %r is not an octal string' % p['mode'])
-    changed |= hc.apply_ownership(rdir, commit, uid, gid, mode) > 0
-
-    stats = insp['stats']
-    for e in entries:  # links fixed above do not change blob stats; refresh after chown/chmod (ctime only)
-        stats[e.etag] = hc.stat_key(hc.blob_path(rdir, e.etag))
-    manifest = hc.build_manifest(p['repo_id'], commit, requested, entries, stats,
-                                 plan['patterns']['allow'] if plan else p['allow_patterns'],
-                                 plan['patterns']['ignore'] if plan else p['ignore_patterns'])
-    old = man or {}
-    same = (old.get('files') == manifest['files'] and old.get('patterns') == manifest['patterns'])
-    if not same or not os.path.exists(hc.marker_path(rdir, commit)):
-        hc.write_json_atomic(hc.manifest_path(rdir, commit), manifest, mode=0o644)
-        hc.write_marker(rdir, commit)
-        changed = True
-    for leftover in (hc.plan_path(rdir, commit), hc.hashed_path(rdir, commit)):
-        if os.path.exists(leftover):
-            os.unlink(leftover)
-    sd = hc.state_dir(rdir)
-    os.chmod(sd, 0o755)
-    for name in os.listdir(sd):
-        fp = os.path.join(sd, name)
-        if name.endswith('.json') or name.endswith('.complete'):
-            if (os.stat(fp).st_mode & 0o777) != 0o644:
-                os.chmod(fp, 0o644)
+        mode = hc.parse_mode(p['mode'])
+    except hc.HfCacheError as exc:
+        module.fail_json(msg='%s: %s' % (host_name(), exc))
+    changed |= hc.commit_snapshot(rdir, p['repo_id'], commit, requested, entries, insp['stats'],
+                                  plan['patterns']['allow'] if plan else p['allow_patterns'],
+                                  plan['patterns']['ignore'] if plan else p['ignore_patterns'],
+                                  uid, gid, mode, old_manifest=man)
     res['changed'] = changed
     res['complete'] = True
     res['msg'] = '%s@%s verified: %d files, %s' % (
