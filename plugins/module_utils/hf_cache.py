@@ -707,6 +707,28 @@ def peer_tree(peers, roots):
     return parent
 
 
+def peer_previous_sibling(host, peers, roots):
+    """The host its parent serves just before host (in the previous round), or None.
+
+    A holder serves one receiver at a time, in round order: host waits until that sibling
+    holds the snapshot, so that the parent's link is not shared and the receivers of early
+    rounds, which have more descendants, are served first."""
+    parent = peer_tree(peers, roots)
+    if host not in parent:
+        return None
+    order = [p for p in peers if p not in roots]   # receivers, in the order they are paired
+    rounds, holders, waiting, k = {}, [p for p in peers if p in roots], list(order), 0
+    while waiting and holders:
+        pairs = list(zip(holders, waiting))
+        for dummy, dst in pairs:
+            rounds[dst] = k
+        holders = holders + [dst for dummy, dst in pairs]
+        waiting = waiting[len(pairs):]
+        k += 1
+    earlier = [c for c, par in parent.items() if par == parent[host] and rounds[c] < rounds[host]]
+    return max(earlier, key=lambda c: rounds[c]) if earlier else None
+
+
 def peer_sources(host, peers, roots):
     """Where host copies from, in order: its parent in the tree, then the parent's ancestors up to a
     root (used when the parent fails), then every other peer, starting after host (used when no
@@ -850,8 +872,10 @@ def human_duration(seconds):
 def progress_message(progress):
     """One line for the operator from a progress dict (hf_download, hf_peer_copy)."""
     if progress.get('state') == 'waiting':
-        return 'waiting for %s to hold a verified snapshot (%s so far)' % (
-            progress.get('source') or 'a peer', human_duration(int(time.time()) - int(progress.get('started') or time.time())))
+        return 'waiting for %s to hold a verified snapshot%s (%s so far)' % (
+            progress.get('source') or 'a peer',
+            (', and for %s, which it serves first' % progress['after']) if progress.get('after') else '',
+            human_duration(int(time.time()) - int(progress.get('started') or time.time())))
     total = progress.get('bytes_total') or 0
     if progress.get('state') == 'failed' and not total and progress.get('error'):
         return '[failed]: %s' % progress['error']

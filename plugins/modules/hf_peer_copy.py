@@ -19,8 +19,10 @@ description:
     snapshot, without a barrier between the rounds of the doubling tree.
   - 'The source is the receiver''s parent in the doubling tree of O(peers) built from O(roots) (the hosts that
     hold the snapshot or download it from the hub): round by round every holder serves the next receiver in the
-    order of O(peers), so the holders double per round and the copy time grows with log2 of the fleet. The
-    receiver waits until the source holds a verified snapshot: its completion marker
+    order of O(peers), so the holders double per round and the copy time grows with log2 of the fleet. A holder
+    serves one receiver at a time, in round order: a receiver also waits until the receiver its parent serves
+    before it holds the snapshot. The receiver waits until the source holds a verified snapshot: its completion
+    marker
     C(.inkling/COMMIT.complete), written last by M(inkling.fleet.hf_snapshot) or by this module, is served by the
     source''s rsync daemon module C(inkling-hf-markers).'
   - When the source fails (listed in O(control_file) by the role, or its rsync keeps failing after O(retries)), the
@@ -257,6 +259,7 @@ class Peers(object):
         self.p = p
         self.addr = p['addresses']
         self.chain, self.others = hc.peer_sources(p['host'], p['peers'], p['roots'])
+        self.sibling = hc.peer_previous_sibling(p['host'], p['peers'], p['roots'])
         self.failed = []
 
     def control(self):
@@ -276,8 +279,8 @@ class Peers(object):
         return res.returncode == 0
 
 
-def write_waiting(path, source, started):
-    hc.write_json_atomic(path, {'state': 'waiting', 'source': source, 'started': int(started),
+def write_waiting(path, source, started, after=None):
+    hc.write_json_atomic(path, {'state': 'waiting', 'source': source, 'after': after, 'started': int(started),
                                 'updated': int(time.time()), 'bytes_done': 0, 'bytes_total': 0,
                                 'seconds_since_progress': 0, 'pid': os.getpid()}, mode=0o644)
 
@@ -289,7 +292,12 @@ def wait_for_source(peers, p, started):
         if abort:
             return None, why or 'the role stopped the peer copies'
         chain = [c for c in peers.chain if c not in dead]
-        if chain:
+        if chain and chain[0] == peers.chain[0] and peers.sibling and peers.sibling not in dead:
+            # the parent serves its receivers one at a time, in round order
+            write_waiting(p['progress_file'], chain[0], started, after=peers.sibling)
+            if peers.holds(peers.sibling) and peers.holds(chain[0]):
+                return chain[0], None
+        elif chain:
             write_waiting(p['progress_file'], chain[0], started)
             if peers.holds(chain[0]):
                 return chain[0], None

@@ -259,6 +259,9 @@ def test_peer_tree_doubles_the_holders_each_round():
         assert chain[-1] == 'h0'
         depth[host] = len(chain)
     assert max(depth.values()) == 3   # log2(8) copies after the seed
+    # a holder serves one receiver at a time, in round order
+    sib = dict((h, hc.peer_previous_sibling(h, peers, ['h0'])) for h in peers)
+    assert sib == {'h0': None, 'h1': None, 'h2': 'h1', 'h3': None, 'h4': 'h2', 'h5': 'h3', 'h6': None, 'h7': None}
 
 
 def test_peer_tree_with_roots_anywhere_and_none():

@@ -230,3 +230,31 @@ def test_the_markers_module_serves_markers_only(source):
         source['port'], hc.repo_folder_name(REPO_ID), source['commit'])
     assert subprocess.run(['rsync', '--list-only', url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           check=False).returncode != 0
+
+
+def test_the_parent_serves_its_earlier_receiver_first(tmp_path, source):
+    """peers src, sib, dst: src serves sib in round 1 and dst in round 2, so dst waits for sib
+    (which never holds here) until the role reports sib as failed."""
+    seen = []
+
+    def report_sib_dead():
+        prog = str(tmp_path / 'progress.json')
+        for dummy in range(100):
+            data = hc.read_json(prog)
+            if data and data.get('state') == 'waiting':
+                seen.append(hc.progress_message(data))
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)
+        (tmp_path / 'control.json').write_text(json.dumps({'run': 'run-1', 'dead': ['sib']}))
+
+    t = threading.Thread(target=report_sib_dead)
+    t.start()
+    try:
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('src', '127.0.0.1'), ('sib', DEAD), ('dst', DEAD)),
+                       ['src'])
+    finally:
+        t.join()
+    assert rc == 0, res
+    assert res['holder'] is True and res['source'] == 'src' and res['waited_s'] >= 1.5
+    assert seen and 'and for sib, which it serves first' in seen[0]
