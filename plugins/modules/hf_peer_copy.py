@@ -13,26 +13,28 @@ module: hf_peer_copy
 short_description: Copy a verified hub cache snapshot from a fleet peer, verify it and mark it complete
 version_added: 0.2.0
 description:
-  - One receiver's part of the C(peer) fan-out of the M(inkling.fleet.hf_cache) role, meant to run as an async
+  - One receiver's part of the C(peer) fan-out of the C(inkling.fleet.hf_cache) role, meant to run as an async
     task on every host that does not hold the snapshot, all at once. Each receiver waits for its source, copies,
     verifies and marks its copy complete on its own, so a host serves the next ones as soon as it holds a verified
     snapshot, without a barrier between the rounds of the doubling tree.
   - 'The source is the receiver''s parent in the doubling tree of O(peers) built from O(roots) (the hosts that
     hold the snapshot or download it from the hub): round by round every holder serves the next receiver in the
     order of O(peers), so the holders double per round and the copy time grows with log2 of the fleet. A holder
-    serves one receiver at a time, in round order: a receiver also waits until the receiver its parent serves
-    before it holds the snapshot. The receiver waits until the source holds a verified snapshot: its completion
+    serves one receiver at a time, in round order: a receiver starts once its parent holds a verified snapshot
+    and the receiver its parent serves before it does too. A host holds a verified snapshot when its completion
     marker
     C(.inkling/COMMIT.complete), written last by M(inkling.fleet.hf_snapshot) or by this module, is served by the
     source''s rsync daemon module C(inkling-hf-markers).'
-  - When the source fails (listed in O(control_file) by the role, or its rsync keeps failing after O(retries)), the
-    receiver copies from the source's ancestors, then from any other peer that holds the snapshot. With
+  - When the source fails (listed in O(control_file) by the role, its daemon unreachable for
+    O(unreachable_timeout_s), or its rsync failing after O(retries) retries), the receiver copies from the source's
+    ancestors, then from any other peer that holds the snapshot. With
     C(abort) in O(control_file), or when every other peer has failed, it gives up without error and returns
     RV(holder=false) with RV(reason=no_source); the role then stages that host from the hub.
   - 'Before copying it fetches the source''s manifest and checks the free space for the blobs it lacks, plus
-    O(free_space_margin_pct) (field failure F11). It then copies the repository folder from the rsync daemon module
-    C(inkling-hf) (C(rsync -a --partial), so the layout''s relative links are kept and an interrupted copy
-    resumes), writing progress (bytes done of total, rate, time left) to O(progress_file) for
+    O(free_space_margin_pct) (field failure F11). It then copies the blobs and the snapshot links of this commit
+    only (not other revisions the source holds), listed from that manifest, from the rsync daemon module
+    C(inkling-hf) (C(rsync -rlt --partial), so the layout''s relative links are kept and an interrupted copy
+    resumes; owners, modes and special files are not copied), writing progress (bytes done of total, rate, time left) to O(progress_file) for
     M(inkling.fleet.hf_progress).'
   - 'The copy is verified against the manifest the source shipped: every blob is hashed (the source''s stat data
     is not trusted), every link into C(blobs/) checked (a broken link is repaired, F10), every shard named by
@@ -126,9 +128,16 @@ options:
     type: str
     required: true
   poll_interval_s:
-    description: Seconds between two looks at the source's completion marker, in seconds.
+    description: Seconds between two looks at the source's completion marker.
     type: float
     default: 1.0
+  unreachable_timeout_s:
+    description:
+      - Seconds a source's rsync daemon may refuse or drop connections before the source counts as failed
+        (a daemon that could not bind its address, a firewall). A daemon that answers but lists no marker yet
+        is waited for without limit.
+    type: int
+    default: 120
   retries:
     description: Retries of a failed rsync from one source before the next source is tried.
     type: int
@@ -184,8 +193,8 @@ reason:
   returned: when holder is false
   type: str
 source:
-  description: The peer the snapshot was copied from.
-  returned: when a copy was made
+  description: The peer the snapshot was copied from (or whose manifest was refused, with RV(reason=patterns_differ)).
+  returned: when a source was found
   type: str
 revision:
   description: The commit.
@@ -201,7 +210,7 @@ hashed_files:
   returned: always
   type: int
 bytes_total:
-  description: Bytes of the snapshot's blobs, in bytes.
+  description: Size of the snapshot's blobs, in bytes.
   returned: when a copy was made
   type: int
 files_total:
@@ -260,6 +269,8 @@ class Peers(object):
         self.addr = p['addresses']
         self.chain, self.others = hc.peer_sources(p['host'], p['peers'], p['roots'])
         self.sibling = hc.peer_previous_sibling(p['host'], p['peers'], p['roots'])
+        self.unreachable = {}
+        self.errors = []
         self.failed = []
 
     def control(self):
@@ -269,14 +280,24 @@ class Peers(object):
         return set(data.get('dead') or []) | set(self.failed), bool(data.get('abort')), data.get('reason') or ''
 
     def holds(self, name):
-        """True when name's daemon serves the completion marker of the commit."""
+        """True when name's daemon serves the completion marker of the commit. A daemon that does not
+        answer for unreachable_timeout_s makes name a failed source."""
         url = rsync_url(self.addr[name], self.p['port'], MARKERS_MODULE, self.p['revision'] + '.complete')
         try:
-            res = subprocess.run(['rsync', '--list-only', '--contimeout=10', '--timeout=30', url],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
+            rc = subprocess.run(['rsync', '--list-only', '--contimeout=10', '--timeout=30', url],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+                                check=False).returncode
         except subprocess.TimeoutExpired:
-            return False
-        return res.returncode == 0
+            rc = 30
+        if rc in (0, 23):          # answered: the marker is there (0) or not yet (23, file not found)
+            self.unreachable.pop(name, None)
+            return rc == 0
+        since = self.unreachable.setdefault(name, time.time())
+        if time.time() - since >= self.p['unreachable_timeout_s'] and name not in self.failed:
+            self.failed.append(name)
+            self.errors.append('%s: its rsync daemon at %s did not answer for %d s (rsync rc %d)'
+                               % (name, rsync_url(self.addr[name], self.p['port'], MARKERS_MODULE), time.time() - since, rc))
+        return False
 
 
 def write_waiting(path, source, started, after=None):
@@ -336,8 +357,9 @@ def fetch_manifest(p, address, rdir):
         shutil.rmtree(tmpd, ignore_errors=True)
 
 
-def blob_bytes(rdir, sizes):
-    """Bytes of the wanted blobs on disk, counting rsync's temporary files (.NAME.XXXXXX)."""
+def blob_bytes(rdir, sizes, counts=None):
+    """Bytes of the wanted blobs on disk, counting rsync's temporary files (.NAME.XXXXXX); counts['files']
+    gets the number of blobs complete."""
     have = {}
     try:
         names = os.listdir(os.path.join(rdir, 'blobs'))
@@ -352,6 +374,8 @@ def blob_bytes(rdir, sizes):
         except OSError:
             continue
         have[etag] = max(have.get(etag, 0), min(size, sizes[etag]))
+    if counts is not None:
+        counts['files'] = len([e for e, n in have.items() if n == sizes[e]])
     return sum(have.values())
 
 
@@ -359,10 +383,26 @@ def copy_from(module, peers, source, rdir, entries, result):
     """rsync the repository folder from source with retries. Returns True when it succeeded."""
     p = module.params
     sizes = dict((e.etag, e.size) for e in entries)
+    counts = {}
+
+    def measure():
+        done = blob_bytes(rdir, sizes, counts)
+        prog.files_done = counts.get('files', 0)
+        return done
+
     prog = hc.Progress(p['progress_file'], len(sizes), sum(sizes.values()), p['progress_interval_s'],
-                       measure=lambda: blob_bytes(rdir, sizes), extra={'source': source})
+                       measure=measure, extra={'source': source})
     prog.start()
-    argv = (['rsync', '-a', '--partial', '--contimeout=30', '--timeout=%d' % p['stall_timeout_s']]
+    # this commit's blobs and links only; the source may hold other revisions too
+    listing = os.path.join(hc.state_dir(rdir), '%s.peer-files' % p['revision'])
+    if not os.path.isdir(hc.state_dir(rdir)):
+        os.makedirs(hc.state_dir(rdir))
+    with open(listing, 'w') as f:
+        for name in sorted(set('blobs/%s' % e.etag for e in entries)
+                           | set('snapshots/%s/%s' % (p['revision'], e.path) for e in entries)):
+            f.write(name + '\n')
+    argv = (['rsync', '-rlt', '--partial', '--files-from=%s' % listing, '--contimeout=30',
+             '--timeout=%d' % p['stall_timeout_s']]
             + ['--exclude=%s' % x for x in p['excludes']]
             + [rsync_url(peers.addr[source], p['port'], CACHE_MODULE, os.path.basename(rdir) + '/'), rdir + '/'])
     attempt = 0
@@ -370,6 +410,7 @@ def copy_from(module, peers, source, rdir, entries, result):
         rc, err = rsync(argv)
         if rc == 0:
             prog.stop('running')
+            os.unlink(listing)
             return True
         dead, dummy, dummy = peers.control()
         if source in dead or attempt >= p['retries']:
@@ -429,13 +470,16 @@ def run(module):
         module.fail_json(msg='%s: host %s is not one of peers %s' % (host_name(), p['host'], names))
     if not [r for r in p['roots'] if r in names and r != p['host']]:
         module.fail_json(msg='%s: no root among peers %s (roots: %s); nothing to copy from'
-                             % (host_name(), names, p['roots']))
+                             % (host_name(), names, p['roots']), holder=False, reason='failed')
     rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
+    # a marker this host still has (a manifest made with other patterns, say) must not make it
+    # look like a holder to its receivers while it copies
+    hc.clear_marker(rdir, p['revision'])
     want = hc.patterns_key(p['allow_patterns'], p['ignore_patterns'])
     t0 = time.time()
     peers = Peers(p)
     result = {'changed': False, 'holder': False, 'revision': p['revision'], 'problems': [], 'hashed_files': 0,
-              'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': peers.failed, 'copy_errors': []}
+              'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': peers.failed, 'copy_errors': peers.errors}
     while True:
         tw = time.time()
         source, why = wait_for_source(peers, p, t0)
@@ -513,6 +557,7 @@ def main():
             control_id=dict(type='str', required=True),
             poll_interval_s=dict(type='float', default=1.0),
             retries=dict(type='int', default=3),
+            unreachable_timeout_s=dict(type='int', default=120),
             stall_timeout_s=dict(type='int', default=300),
             progress_interval_s=dict(type='float', default=1.0),
         ),

@@ -13,8 +13,8 @@ module: hf_progress
 short_description: Wait a while for a background hub download and report its progress
 version_added: 0.1.0
 description:
-  - Reads the progress file that M(inkling.fleet.hf_download) writes, waiting up to O(wait_s) seconds
-    or until the download ends, and returns the progress with a one-line message (bytes done of total,
+  - Reads the progress file that M(inkling.fleet.hf_download) or M(inkling.fleet.hf_peer_copy) writes,
+    waiting up to O(wait_s) seconds or until the download ends, and returns the progress with a one-line message (bytes done of total,
     rate, time left, files). A role polls it in a loop so that long transfers show progress while they
     run instead of staying silent.
   - Reports C(stalled) when the download made no progress for O(stall_timeout_s) seconds.
@@ -37,6 +37,7 @@ notes:
   - Supports check mode (it only reads).
 seealso:
   - module: inkling.fleet.hf_download
+  - module: inkling.fleet.hf_peer_copy
 '''
 
 EXAMPLES = r'''

@@ -50,7 +50,7 @@ def render_rsyncd(cache, port):
         'ansible_managed': 'test', '__hf_cache_peer_addr': '127.0.0.1', 'hf_cache_peer_port': port,
         'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
         '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsync_excludes': EXCLUDES,
-        'ansible_play_hosts': ['src', 'dst'], 'hostvars': hostvars}).template(trust_as_template(source))
+        '__hf_cache_peers': ['src', 'dst'], 'hostvars': hostvars}).template(trust_as_template(source))
     if os.geteuid() != 0:   # chroot and uid switching need root (CI runs as root)
         text = text.replace('use chroot = yes', 'use chroot = no')
         text = '\n'.join(l for l in text.splitlines() if not l.startswith(('uid =', 'gid =')))
@@ -99,8 +99,16 @@ def copy(tmp_path, src, dest_cache, peers, roots, host='dst', control=None, **ex
 
 def test_copy_is_verified_marked_and_keeps_the_layout(tmp_path, source):
     dest = str(tmp_path / 'cache')
-    rc, res = copy(tmp_path, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
+    # another revision the source holds is not copied
+    other = os.path.join(source['rdir'], 'blobs', 'f' * 64)
+    with open(other, 'wb') as f:
+        f.write(b'an older revision')
+    try:
+        rc, res = copy(tmp_path, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
+    finally:
+        os.unlink(other)
     assert rc == 0, res
+    assert not os.path.exists(os.path.join(hc.repo_dir(dest, REPO_ID), 'blobs', 'f' * 64))
     assert res['holder'] is True and res['source'] == 'src' and res['changed'] is True
     rdir = hc.repo_dir(dest, REPO_ID)
     # every blob hashed: the source's stat data is not trusted
@@ -118,6 +126,7 @@ def test_copy_is_verified_marked_and_keeps_the_layout(tmp_path, source):
     with open(tmp_path / 'progress.json') as f:
         prog = json.load(f)
     assert prog['state'] == 'done' and prog['source'] == 'src' and prog['bytes_done'] == prog['bytes_total'] > 0
+    assert prog['files_done'] == prog['files_total'] == res['hashed_files']
 
 
 def test_waits_for_the_marker_of_its_parent(tmp_path, source):
@@ -258,3 +267,25 @@ def test_the_parent_serves_its_earlier_receiver_first(tmp_path, source):
     assert rc == 0, res
     assert res['holder'] is True and res['source'] == 'src' and res['waited_s'] >= 1.5
     assert seen and 'and for sib, which it serves first' in seen[0]
+
+
+def test_an_unreachable_source_counts_as_failed(tmp_path, source):
+    """A source whose daemon never answers (it could not bind, a firewall) is given up after
+    unreachable_timeout_s; with no other peer left the receiver stages from the hub."""
+    rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('root', DEAD), ('dst', DEAD)), ['root'],
+                   unreachable_timeout_s=1)
+    assert rc == 0, res
+    assert res['holder'] is False and res['reason'] == 'no_source'
+    assert res['failed_sources'] == ['root'] and 'did not answer' in res['copy_errors'][0]
+
+
+def test_a_stale_marker_of_the_receiver_is_cleared_first(tmp_path, source):
+    """A marker left from a snapshot made with other patterns must not be served while copying."""
+    dest = str(tmp_path / 'cache')
+    rdir = hc.repo_dir(dest, REPO_ID)
+    os.makedirs(hc.state_dir(rdir))
+    with open(hc.marker_path(rdir, source['commit']), 'w') as f:
+        f.write('stale')
+    rc, res = copy(tmp_path, source, dest, P(('root', DEAD), ('dst', DEAD)), ['root'], control={'abort': True})
+    assert rc == 0 and res['reason'] == 'no_source', res
+    assert not os.path.exists(hc.marker_path(rdir, source['commit']))
