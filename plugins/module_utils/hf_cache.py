@@ -687,6 +687,22 @@ def commit_snapshot(rdir, repo_id, commit, requested, entries, stats, allow_patt
 # peer fan-out: the doubling tree
 # --------------------------------------------------------------------------
 
+def _peer_rounds(peers, roots):
+    """({receiver: parent}, {receiver: round}) of the doubling tree (see peer_tree)."""
+    holders = [p for p in peers if p in roots]
+    waiting = [p for p in peers if p not in roots]
+    parent, rounds, k = {}, {}, 0
+    while waiting and holders:
+        pairs = list(zip(holders, waiting))
+        for src, dst in pairs:
+            parent[dst] = src
+            rounds[dst] = k
+        holders = holders + [dst for dummy, dst in pairs]
+        waiting = waiting[len(pairs):]
+        k += 1
+    return parent, rounds
+
+
 def peer_tree(peers, roots):
     """Parent of every receiver in the doubling tree.
 
@@ -695,16 +711,7 @@ def peer_tree(peers, roots):
     and the receivers of a round serve from the next round on: the holders double per round, and
     a receiver in round k has k ancestors. Returns {receiver: parent}; empty without a root.
     """
-    holders = [p for p in peers if p in roots]
-    waiting = [p for p in peers if p not in roots]
-    parent = {}
-    while waiting and holders:
-        pairs = list(zip(holders, waiting))
-        for src, dst in pairs:
-            parent[dst] = src
-        holders = holders + [dst for dummy, dst in pairs]
-        waiting = waiting[len(pairs):]
-    return parent
+    return _peer_rounds(peers, roots)[0]
 
 
 def peer_previous_sibling(host, peers, roots):
@@ -713,18 +720,9 @@ def peer_previous_sibling(host, peers, roots):
     A holder serves one receiver at a time, in round order: host waits until that sibling
     holds the snapshot, so that the parent's link is not shared and the receivers of early
     rounds, which have more descendants, are served first."""
-    parent = peer_tree(peers, roots)
+    parent, rounds = _peer_rounds(peers, roots)
     if host not in parent:
         return None
-    order = [p for p in peers if p not in roots]   # receivers, in the order they are paired
-    rounds, holders, waiting, k = {}, [p for p in peers if p in roots], list(order), 0
-    while waiting and holders:
-        pairs = list(zip(holders, waiting))
-        for dummy, dst in pairs:
-            rounds[dst] = k
-        holders = holders + [dst for dummy, dst in pairs]
-        waiting = waiting[len(pairs):]
-        k += 1
     earlier = [c for c, par in parent.items() if par == parent[host] and rounds[c] < rounds[host]]
     return max(earlier, key=lambda c: rounds[c]) if earlier else None
 

@@ -80,6 +80,22 @@ def source(tmp_path_factory, hub):  # pylint: disable=redefined-outer-name
     proc.wait(10)
 
 
+def when_waiting(tmp_path, seen, delay, action):
+    """A thread that waits for the receiver's first 'waiting' progress line, keeps it in seen,
+    then after delay seconds runs action."""
+    def run():
+        prog = str(tmp_path / 'progress.json')
+        for dummy in range(100):
+            data = hc.read_json(prog)
+            if data and data.get('state') == 'waiting':
+                seen.append(hc.progress_message(data))
+                break
+            time.sleep(0.1)
+        time.sleep(delay)
+        action()
+    return threading.Thread(target=run)
+
+
 def P(*pairs):
     """peers and addresses from (name, address) pairs."""
     return [n for n, dummy in pairs], dict(pairs)
@@ -134,19 +150,7 @@ def test_waits_for_the_marker_of_its_parent(tmp_path, source):
     marker = hc.marker_path(source['rdir'], source['commit'])
     os.rename(marker, marker + '.held')
     seen = []
-
-    def restore():
-        prog = str(tmp_path / 'progress.json')
-        for dummy in range(100):
-            data = hc.read_json(prog)
-            if data and data.get('state') == 'waiting':
-                seen.append(hc.progress_message(data))
-                break
-            time.sleep(0.1)
-        time.sleep(1.0)
-        os.rename(marker + '.held', marker)
-
-    t = threading.Thread(target=restore)
+    t = when_waiting(tmp_path, seen, 1.0, lambda: os.rename(marker + '.held', marker))
     t.start()
     try:
         rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
@@ -245,19 +249,8 @@ def test_the_parent_serves_its_earlier_receiver_first(tmp_path, source):
     """peers src, sib, dst: src serves sib in round 1 and dst in round 2, so dst waits for sib
     (which never holds here) until the role reports sib as failed."""
     seen = []
-
-    def report_sib_dead():
-        prog = str(tmp_path / 'progress.json')
-        for dummy in range(100):
-            data = hc.read_json(prog)
-            if data and data.get('state') == 'waiting':
-                seen.append(hc.progress_message(data))
-                break
-            time.sleep(0.1)
-        time.sleep(1.5)
-        (tmp_path / 'control.json').write_text(json.dumps({'run': 'run-1', 'dead': ['sib']}))
-
-    t = threading.Thread(target=report_sib_dead)
+    t = when_waiting(tmp_path, seen, 1.5,
+                     lambda: (tmp_path / 'control.json').write_text(json.dumps({'run': 'run-1', 'dead': ['sib']})))
     t.start()
     try:
         rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('src', '127.0.0.1'), ('sib', DEAD), ('dst', DEAD)),
