@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # Install everything inkling.fleet needs on a fresh Debian 12 machine, as root:
-# Debian packages (podman, runc, debootstrap, ...), a virtualenv with the pinned
-# Python requirements, and the link that makes `inkling.fleet.*` resolve from
-# this checkout. Idempotent: a second run only checks.
+# Debian packages (podman with its netavark network backend and aardvark-dns, runc,
+# debootstrap, ...), a virtualenv with the pinned Python requirements, and the link
+# that makes `inkling.fleet.*` resolve from this checkout. Then it checks each
+# prerequisite the lab and the tests rely on and names the package that provides
+# it when one is missing. Idempotent: a second run only checks.
+#
+# Every package is installed by name with --no-install-recommends: nothing may
+# depend on what a Recommends line or an earlier install happened to bring.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$top/lab/conf/containers.conf}
 
-apt_pkgs=(podman runc crun debootstrap rsync iproute2 jq curl git make python3-venv uidmap slirp4netns)
+# What each package is for (keep in step with docs/lab.md, "What the machine needs"):
+apt_pkgs=(
+  podman netavark aardvark-dns runc conmon uidmap slirp4netns iptables  # containers, their network and DNS
+  debootstrap ca-certificates                                           # the lab's host image
+  openssl                                                               # the lab's CA and registry certificate
+  iproute2                                                              # tc shaping in benchmarks
+  rsync                                                                 # hf_cache peer copy (unit tests run a real daemon)
+  shellcheck                                                            # ansible-test sanity's shellcheck test
+  jq curl git make tar gzip                                             # scripts, sanity's git checkout
+  python3 python3-venv python3-dev gcc                                  # the virtualenv (a few wheels build)
+)
+
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -18,6 +37,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Prerequisites, each with the package that provides it.
+check_cmd() { # check_cmd COMMAND PACKAGE WHAT
+  command -v "$1" >/dev/null 2>&1 || die "$3: '$1' not found; install the Debian package '$2' (apt-get install --no-install-recommends $2)"
+}
+check_cmd podman podman "the container engine"
+check_cmd runc runc "the OCI runtime the lab uses (crun refuses this machine's hybrid cgroups)"
+check_cmd debootstrap debootstrap "the lab's host image builder"
+check_cmd openssl openssl "the lab's CA"
+check_cmd rsync rsync "the hf_cache peer copy"
+check_cmd shellcheck shellcheck "ansible-test sanity's shellcheck test"
+[ -x /usr/lib/podman/netavark ] || die "podman's network backend: /usr/lib/podman/netavark not found; install the Debian package 'netavark'"
+[ -x /usr/lib/podman/aardvark-dns ] || die "DNS for podman networks (lab hosts resolve each other by name): /usr/lib/podman/aardvark-dns not found; install the Debian package 'aardvark-dns'"
+backend=$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null) ||
+  die "'podman info' failed with CONTAINERS_CONF=$CONTAINERS_CONF; run it by hand to see why"
+[ "$backend" = netavark ] ||
+  die "podman uses the '$backend' network backend, expected netavark (pinned in $CONTAINERS_CONF); install the Debian packages 'netavark' and 'aardvark-dns'"
+runtime=$(podman info --format '{{.Host.OCIRuntime.Name}}' 2>/dev/null)
+[ "$runtime" = runc ] ||
+  die "podman uses the '$runtime' OCI runtime, expected runc (pinned in $CONTAINERS_CONF); install the Debian package 'runc'"
 
 py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -35,4 +74,4 @@ fi
 
 mkdir -p collections/ansible_collections/inkling
 ln -sfn ../../.. collections/ansible_collections/inkling/fleet
-echo "setup: ready (.venv, collections/ansible_collections/inkling/fleet -> .)"
+echo "setup: ready (podman $(podman version --format '{{.Client.Version}}'), network backend $backend, runtime $runtime, .venv, collections/ansible_collections/inkling/fleet -> .)"
