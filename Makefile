@@ -1,18 +1,17 @@
-# inkling.fleet: the commands in README.md. Every target installs what it needs
-# (scripts/setup.sh) on a fresh Debian 12 machine, as root.
+# inkling.fleet: shortcuts for the commands in README.md (which need no make: a fresh
+# Debian 12 has none). Every target installs what it needs (scripts/setup.sh), as root.
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 export CONTAINERS_CONF := $(CURDIR)/lab/conf/containers.conf
 
-.PHONY: setup lab-deploy lab-up lab-down test lint sanity unit molecule
+.PHONY: setup lab-deploy lab-up lab-down test lint sanity unit collection fresh-machine molecule
 
 setup:
 	bash scripts/setup.sh
 
 ## Main job: build and start the lab fleet, then run deploy-inkling.yml against it.
-lab-deploy: setup
-	bash lab/lab.sh up
-	ansible-playbook -i inventory/lab deploy-inkling.yml
+lab-deploy:
+	bash scripts/lab-deploy.sh
 
 lab-up: setup
 	bash lab/lab.sh up
@@ -31,7 +30,13 @@ sanity: setup
 	bash scripts/sanity.sh
 
 unit: setup
-	pytest -q tests/unit
+	pytest -q -rs tests/unit
+
+collection: setup
+	bash scripts/collection-check.sh
+
+fresh-machine:
+	bash scripts/fresh-machine.sh
 
 molecule: setup
 	bash lab/lab.sh up --services-only

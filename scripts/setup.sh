@@ -58,6 +58,9 @@ runtime=$(podman info --format '{{.Host.OCIRuntime.Name}}' 2>/dev/null)
 [ "$runtime" = runc ] ||
   die "podman uses the '$runtime' OCI runtime, expected runc (pinned in $CONTAINERS_CONF); install the Debian package 'runc'"
 
+# pip trusts the machine's CA store (ca-certificates, plus any local CA an egress
+# proxy needs) rather than its own bundle, like apt does.
+export PIP_CERT=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# All of inkling.fleet's tests, from a fresh machine: set-up (apt, pip), lint
-# (yamllint, ansible-lint production profile), ansible-test sanity, pytest unit
-# tests, and the molecule scenarios on the lab (podman, systemd containers).
-# Each step runs even when an earlier one failed; the exit status is non-zero if
-# any failed, and the last line counts steps passed and failed.
+# All of inkling.fleet's tests, from a fresh Debian 12 machine, as root: set-up (apt,
+# pip), lint (yamllint, ansible-lint production profile), ansible-test sanity, pytest
+# unit tests, the built collection installed and used from outside the repository (and
+# its execution environment definition), the README's set-up on a pristine Debian 12
+# root filesystem, and the molecule scenarios on the lab (podman, systemd containers).
+# Each step runs even when an earlier one failed; the exit status is non-zero if any
+# failed. The end shows each step's time and a line counting steps passed and failed.
+#
+# Environment: MOLECULE_SCENARIOS (default: all five), FRESH_MACHINE=0 skips the
+# pristine-root check (it needs root, debootstrap and about 5 minutes).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
+t_start=$SECONDS
 
 bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
 export PATH="$top/.venv/bin:$PATH"
@@ -14,23 +20,46 @@ export CONTAINERS_CONF="$top/lab/conf/containers.conf"
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 
 scenarios=${MOLECULE_SCENARIOS:-"preflight hf_cache image service default"}
-passed=0 failed=0 failed_steps=()
-step() {
-  local name=$1; shift
-  local t0=$SECONDS
-  echo
-  echo "=== step: $name"
-  if "$@"; then
-    passed=$((passed + 1)); echo "=== step passed: $name ($((SECONDS - t0)) s)"
+passed=0 failed=0 failed_steps=() timings=()
+record() { # record NAME RC SECONDS
+  if [ "$2" = 0 ]; then
+    passed=$((passed + 1)); echo "=== step passed: $1 ($3 s)"; timings+=("$(printf '%-22s %6s s  passed' "$1" "$3")")
   else
-    failed=$((failed + 1)); failed_steps+=("$name"); echo "=== step FAILED: $name ($((SECONDS - t0)) s)"
+    failed=$((failed + 1)); failed_steps+=("$1"); echo "=== step FAILED: $1 ($3 s)"
+    timings+=("$(printf '%-22s %6s s  FAILED' "$1" "$3")")
   fi
 }
+step() {
+  local name=$1 t0=$SECONDS rc=0; shift
+  echo
+  echo "=== step: $name"
+  "$@" || rc=$?
+  record "$name" "$rc" $((SECONDS - t0))
+}
+
+# The pristine-root check waits mostly on apt and PyPI: it runs beside the lint,
+# sanity and unit steps and is collected after them.
+fresh_log=$(mktemp /tmp/inkling-fresh-machine.XXXXXX.log)
+fresh_pid= fresh_t0=$SECONDS
+if [ "${FRESH_MACHINE:-1}" != 0 ]; then
+  bash scripts/fresh-machine.sh > "$fresh_log" 2>&1 &
+  fresh_pid=$!
+fi
 
 step yamllint yamllint -s .
 step ansible-lint ansible-lint --offline
 step sanity bash scripts/sanity.sh
-step unit pytest -q tests/unit
+step unit pytest -q -rs tests/unit
+step collection bash scripts/collection-check.sh
+if [ -n "$fresh_pid" ]; then
+  echo
+  echo "=== step: fresh-machine (started with the first step)"
+  rc=0; wait "$fresh_pid" || rc=$?
+  cat "$fresh_log"
+  record fresh-machine "$rc" $((SECONDS - fresh_t0))
+fi
+rm -f "$fresh_log"
+
 lab_was_up=false
 [ "$(podman container inspect --format '{{.State.Running}}' lab-registry 2>/dev/null)" = true ] && lab_was_up=true
 step lab-services bash lab/lab.sh up --services-only
@@ -45,6 +74,9 @@ if [ "$lab_was_up" = false ]; then
 fi
 
 echo
+echo "=== time per step (the fresh-machine step ran beside the ones before it)"
+printf '%s\n' "${timings[@]}"
+echo "total: $((SECONDS - t_start)) s"
 if [ $failed -gt 0 ]; then echo "failed steps: ${failed_steps[*]}"; fi
 echo "steps: $passed passed, $failed failed"
 [ $failed -eq 0 ]
