@@ -127,6 +127,7 @@ EOF
 # network that slirp4netns attaches from outside.
 log "running scripts/setup.sh and the lab's services inside it (limit ${limit} s)"
 rc=0
+# shellcheck disable=SC2016 # the inner script expands its own arguments
 timeout --kill-after=30 "$limit" unshare --net --mount --pid --fork --uts --propagation private \
   /bin/bash -c '
     set -e

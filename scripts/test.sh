@@ -40,7 +40,7 @@ step() {
 # The pristine-root check waits mostly on apt and PyPI: it runs beside the lint,
 # sanity and unit steps and is collected after them.
 fresh_log=$(mktemp /tmp/inkling-fresh-machine.XXXXXX.log)
-fresh_pid= fresh_t0=$SECONDS
+fresh_pid='' fresh_t0=$SECONDS
 if [ "${FRESH_MACHINE:-1}" != 0 ]; then
   bash scripts/fresh-machine.sh > "$fresh_log" 2>&1 &
   fresh_pid=$!
