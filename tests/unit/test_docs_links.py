@@ -87,13 +87,13 @@ def test_the_check_finds_broken_links(tmp_path):
         f.write('# Title\n\n<a id="f1"></a>\n## F1. One `x`\n')
     with open(os.path.join(repo, 'README.md'), 'w') as f:
         f.write('[ok](docs/a.md) [ok](docs/a.md#f1) [ok](docs/a.md#f1-one-x) [ok](https://example.com/x.md)\n'
-                '`docs/a.md` [bad](docs/missing.md) [bad](docs/a.md#nowhere) [bad](../shared/docs/x.md)\n'
+                '`docs/a.md` [bad](docs/missing.md) [bad](docs/a.md#nowhere) [bad](../outside/x.md)\n'
                 '`docs/operator-guide.md` `other-repo/README.md` `nowhere.md`\n'
                 '```\n[in a fence](nowhere.md)\n```\n')
     assert broken_links('README.md', repo) == [
         'docs/missing.md: no such file',
         'docs/a.md#nowhere: no heading or anchor #nowhere in docs/a.md',
-        '../shared/docs/x.md: points outside the repository',
+        '../outside/x.md: points outside the repository',
         '`docs/operator-guide.md`: no such file',
         '`nowhere.md`: no such file',
     ]
