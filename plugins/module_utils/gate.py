@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Readiness gate for a vLLM server under systemd (field failure F16).
+"""Readiness gate for a vLLM server under systemd (field failure F16 of docs/field-failures.md).
 
 A vLLM host goes through three states that look alike from outside:
 the process is alive but the port is closed (weights loading, ~10 minutes for

@@ -13,7 +13,7 @@ huggingface_hub. The layout is the one huggingface_hub writes::
         .inkling/<commit>.json       our manifest (written after verification)
         .inkling/<commit>.complete   our completion marker (written last)
 
-Field failures covered: F10 (dangling links after a copy), F11 (partial
+Field failures covered (docs/field-failures.md): F10 (dangling links after a copy), F11 (partial
 snapshot that looks complete: ``.incomplete`` blobs, short blobs, no space).
 Also shared by the modules: the progress file, the final recording of a verified
 snapshot, and the doubling tree of the peer fan-out.

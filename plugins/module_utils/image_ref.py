@@ -8,7 +8,7 @@ Pure functions, unit-tested without Ansible (tests/unit/plugins/module_utils/
 test_image_ref.py). The grammar follows the distribution reference grammar
 (github.com/distribution/reference): ``[host[:port]/]path[:tag][@digest]``.
 
-Only fully qualified references are accepted (field failure F12: podman cannot
+Only fully qualified references are accepted (field failure F12 of docs/field-failures.md: podman cannot
 resolve a short name without a TTY when short-name-mode is enforcing, and a
 name resolved through ``unqualified-search-registries`` is not reproducible).
 """

@@ -9,7 +9,7 @@ Pure functions, unit-tested without Ansible or podman running:
   service role builds from the variant) into a quadlet ``.container`` file or a
   plain ``.service`` unit running ``podman run``.
 * :func:`lint_unit` checks a rendered unit (ours or anybody's) for the field
-  failures the collection must catch: F8 (/dev/shm at TP>1), F9 (read-only hub
+  failures the collection must catch (docs/field-failures.md): F8 (/dev/shm at TP>1), F9 (read-only hub
   cache without ``HF_HUB_OFFLINE=1``), F12 (image not pinned by digest), F13
   (quadlet keys the installed podman does not know), F14 (start timeout vs health
   start period, pull at start) and F15 (``VLLM_ENGINE_READY_TIMEOUT_S``).

@@ -27,7 +27,7 @@ description:
     relative link into C(blobs/), size as the hub says, sha256 for LFS files and git blob sha1 for
     small files on first staging), repairs links, checks that every shard of
     C(model.safetensors.index.json) resolves, refuses leftover C(.incomplete) blobs (field failures
-    F10, F11), sets owner and modes so the service can read but not write, and writes the manifest
+    F10, F11 of docs/field-failures.md), sets owner and modes so the service can read but not write, and writes the manifest
     and then the completion marker, last.
   - In check mode nothing is written or removed; the result tells what would be downloaded or repaired.
   - O(phase=plan) needs C(huggingface_hub) on the host only when the hub must be asked (first staging,

@@ -17,8 +17,8 @@ description:
     the container.
   - Checks the rendered unit B(before) the installed one is touched; any problem fails the
     module and leaves the running unit alone. Checks are the semantic lint of
-    C(inkling.fleet)'s field failures (F8 C(/dev/shm) at TP>1, F9 read-only hub cache without
-    C(HF_HUB_OFFLINE=1), F12 image not pinned by digest, F13 quadlet keys unknown to the
+    C(inkling.fleet)'s field failures (docs/field-failures.md; F8 C(/dev/shm) at TP>1,
+    F9 read-only hub cache without C(HF_HUB_OFFLINE=1), F12 image not pinned by digest, F13 quadlet keys unknown to the
     installed podman, F14 start timeout and pull at start, F15 C(VLLM_ENGINE_READY_TIMEOUT_S)),
     then quadlet's own dry run (C(quadlet -dryrun)) with every C(unsupported key) line an
     error, then C(systemd-analyze verify) on the generated service.

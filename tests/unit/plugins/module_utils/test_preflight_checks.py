@@ -4,7 +4,7 @@
 """Preflight checks: every field failure (F1-F8, F13 of docs/field-failures.md) as input -> message.
 
 GPU facts follow the ``nvidia_gpu`` schema of docs/architecture.md. The healthy 2x H200 host is the
-real capture in ``shared/fixtures/nvidia-smi/h200-2gpu-driver580`` (driver 580.159.04, fabric
+real capture in ``tests/unit/fixtures/nvidia-smi/h200-2gpu-driver580`` (driver 580.159.04, fabric
 Completed/Success, no NVSwitch in the guest, no podman, no CDI spec).
 """
 

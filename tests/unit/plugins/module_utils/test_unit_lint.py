@@ -2,8 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """Unit tests for plugins/module_utils/unit_lint.py (render + lint + tool output parsing).
 
-The F-numbers are the field failures in docs (field-failures.md); each test input is the
-one given there, and each has a passing counterpart so the check cannot pass vacuously.
+The F-numbers are the field failures of docs/field-failures.md; each test input reproduces
+the incident described there, and each has a passing counterpart so the check cannot pass vacuously.
 """
 
 from __future__ import (absolute_import, division, print_function)
