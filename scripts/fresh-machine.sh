@@ -17,7 +17,10 @@
 #
 #   bash scripts/fresh-machine.sh            (as root; about 5 minutes, + 1 for a cold cache)
 # Environment: FRESH_CACHE (default /var/cache/inkling-fleet/fresh-machine),
-# FRESH_DEBIAN_MIRROR (default http://deb.debian.org/debian), FRESH_TIMEOUT_S (1800).
+# FRESH_DEBIAN_MIRROR (default http://deb.debian.org/debian), FRESH_TIMEOUT_S (1800),
+# FRESH_COMMAND: run these commands inside instead of steps 1-4, e.g. the README's two:
+#   FRESH_TIMEOUT_S=7200 FRESH_COMMAND='bash scripts/lab-deploy.sh && bash scripts/test.sh' \
+#     bash scripts/fresh-machine.sh
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -121,6 +124,12 @@ step "lab/lab.sh down"
 bash lab/lab.sh down
 echo "fresh: passed: setup and the lab's services on a pristine Debian 12"
 EOF
+if [ -n "${FRESH_COMMAND:-}" ]; then
+  # A whole new-user trial instead: the given commands, run from the checkout inside
+  # (the pristine-root check itself is not nested: FRESH_MACHINE=0).
+  printf 'set -euo pipefail\ncd /root/inkling-fleet\nexport FRESH_MACHINE=0\n%s\n' "$FRESH_COMMAND" > "$root/root/fresh-run.sh"
+  log "the command inside: $FRESH_COMMAND"
+fi
 
 # 3. Run it in namespaces of its own. PID 1 of the new PID namespace mounts what the
 # chroot needs (a private /dev/shm: podman keeps its locks there) and waits for the
@@ -165,6 +174,6 @@ slirp_pid=$!
 wait "$ns_pid" || rc=$?
 if [ "$rc" != 0 ]; then
   [ "$rc" = 124 ] && log "timed out after ${limit} s"
-  die "the README's set-up failed on a pristine Debian 12 (exit $rc); its output is above"
+  die "failed on a pristine Debian 12 (exit $rc); the output is above"
 fi
 log "passed"
