@@ -50,8 +50,8 @@ check_cmd rsync rsync "the hf_cache peer copy"
 check_cmd shellcheck shellcheck "ansible-test sanity's shellcheck test"
 [ -x /usr/lib/podman/netavark ] || die "podman's network backend: /usr/lib/podman/netavark not found; install the Debian package 'netavark'"
 [ -x /usr/lib/podman/aardvark-dns ] || die "DNS for podman networks (lab hosts resolve each other by name): /usr/lib/podman/aardvark-dns not found; install the Debian package 'aardvark-dns'"
-backend=$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null) ||
-  die "'podman info' failed with CONTAINERS_CONF=$CONTAINERS_CONF; run it by hand to see why"
+backend=$(podman info --format '{{.Host.NetworkBackend}}' 2>&1) ||
+  die "'podman info' failed with CONTAINERS_CONF=$CONTAINERS_CONF: $(tail -n 1 <<<"$backend")"
 [ "$backend" = netavark ] ||
   die "podman uses the '$backend' network backend, expected netavark (pinned in $CONTAINERS_CONF); install the Debian packages 'netavark' and 'aardvark-dns'"
 runtime=$(podman info --format '{{.Host.OCIRuntime.Name}}' 2>/dev/null)
