@@ -134,7 +134,9 @@ fi
 # 3. Run it in namespaces of its own. PID 1 of the new PID namespace mounts what the
 # chroot needs (a private /dev/shm: podman keeps its locks there) and waits for the
 # network that slirp4netns attaches from outside.
-log "running scripts/setup.sh and the lab's services inside it (limit ${limit} s)"
+what="scripts/setup.sh and the lab's services"
+[ -n "${FRESH_COMMAND:-}" ] && what="the command"
+log "running $what inside it (limit ${limit} s)"
 rc=0
 # shellcheck disable=SC2016 # the inner script expands its own arguments
 timeout --kill-after=30 "$limit" unshare --net --mount --pid --fork --uts --propagation private \
