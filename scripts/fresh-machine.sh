@@ -4,9 +4,9 @@
 # A Debian 12 root filesystem made with debootstrap (minbase: not even python3 or
 # podman) is cached under $FRESH_CACHE, keyed by what it is made of. Each run copies it,
 # puts this checkout's files in /root/inkling-fleet (what a clone holds: tracked and
-# untracked-not-ignored files, no .venv, no lab state), and runs as root inside it, in
-# namespaces of its own (mount, PID, network through slirp4netns, so apt and PyPI are
-# reached but nothing of this machine's podman, networks or containers is seen):
+# untracked-not-ignored files, no .venv, no lab state), and runs as root inside it, as
+# the root of namespaces of its own (mount, PID, network through slirp4netns, so apt and
+# PyPI are reached but nothing of this machine's podman, networks or containers is seen):
 #   1. scripts/setup.sh, exactly as README's commands run it;
 #   2. lab/lab.sh up --services-only: the lab network with DNS, its CA, the registry,
 #      the stand-in images, the hub;
@@ -154,7 +154,14 @@ timeout --kill-after=30 "$limit" unshare --net --mount --pid --fork --uts --prop
     mount --rbind /dev "$root/dev"
     mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
     mount -t tmpfs -o mode=0755 run "$root/run"
-    exec chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    # The copy becomes the root of this mount namespace, and the machine tree goes: a
+    # chroot would leave it reachable, and podman (systemd mode) then mounts the
+    # machine'"'"'s /proc into containers.
+    mkdir -p "$root/.oldroot"
+    cd "$root"
+    pivot_root . .oldroot
+    exec /usr/sbin/chroot . /bin/sh -c '"'"'umount -l /.oldroot && rmdir /.oldroot && exec "$@"'"'"' sh \
+      /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       HOME=/root LANG=C.UTF-8 TERM=dumb "${@:2}" /bin/bash /root/fresh-run.sh
   ' fresh "$root" "${proxy_env[@]+"${proxy_env[@]}"}" &
 ns_pid=$!
