@@ -58,7 +58,7 @@ DEFAULT_TIMEOUT = 30
 class NvidiaSmiError(Exception):
     """A failure with a kind the caller can branch on and a message an operator can act on."""
 
-    def __init__(self, kind, message, cmd=None, rc=None, stdout=None, stderr=None):
+    def __init__(self, kind, message, cmd=None, rc=None, stdout=None, stderr=None, **extra):
         super(NvidiaSmiError, self).__init__(message)
         self.kind = kind
         self.message = message
@@ -66,10 +66,14 @@ class NvidiaSmiError(Exception):
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
+        # facts of the failure a caller reports (nvml_library_version on a mismatch)
+        self.extra = extra
 
     def as_dict(self):
-        return dict(error_kind=self.kind, cmd=self.cmd, rc=self.rc,
-                    stdout=self.stdout, stderr=self.stderr)
+        result = dict(error_kind=self.kind, cmd=self.cmd, rc=self.rc,
+                      stdout=self.stdout, stderr=self.stderr)
+        result.update(self.extra)
+        return result
 
 
 def c_locale_env(base=None):
@@ -169,7 +173,7 @@ def classify_failure(cmd, rc, stdout, stderr):
             'the nvidia kernel modules; then hold the driver packages (apt-mark hold / dnf versionlock) or '
             'exclude *nvidia* from unattended upgrades.'
             % (NVML_MISMATCH, ' (user-space NVML library %s)' % lib.group(1) if lib else ''),
-            cmd=cmd, rc=rc, stdout=stdout, stderr=stderr)
+            cmd=cmd, rc=rc, stdout=stdout, stderr=stderr, nvml_library_version=lib.group(1) if lib else None)
     if 'No devices were found' in text:
         raise NvidiaSmiError(
             'no_gpu',

@@ -292,19 +292,113 @@ def parse_apt_history_nvidia(text):
 # checks
 # --------------------------------------------------------------------------
 
-def check_variant(variant, variant_error, host):
+# Refusals of inkling.fleet.inkling_variant reported as findings of their own (no other check
+# looks at these): the variant check then points at them.
+VARIANT_OWN_FINDINGS = {
+    'gpu.memory': 'enough GPU memory in the tensor parallel group for the model',
+    'driver.version': 'a driver the variant\'s image runs on',
+}
+
+
+def _names(checks):
+    return ', '.join(checks)
+
+
+def check_variant(variant, variant_error, host, refusals=None, failed_checks=(), gpu_known=True):
+    """The variant check, reporting each root cause once.
+
+    ``refusals`` are the structured reasons of ``inkling.fleet.inkling_variant`` (each with the
+    ``check`` it belongs to). A reason whose check already failed (``failed_checks``: gpu.count,
+    gpu.mig, driver.nvml) is not repeated: the variant finding points at that check. Memory and
+    driver-floor reasons become findings of their own (``gpu.memory``, ``driver.version``) and
+    are pointed at the same way. Reasons about the table (compute capability, no entry) stay in
+    the variant finding with their own remedy. Without GPU facts no variant was tried: the
+    finding points at driver.nvml.
+    """
+    expected = 'a variant of the table that fits this host'
     if variant:
         return [result('variant', True, variant.get('name'), 'a variant for these GPUs',
                        message='variant %s selected' % variant.get('name'))]
-    return [result('variant', False, variant_error or 'no variant selected',
-                   'a variant of the table that fits this host',
-                   remedy='fix the GPUs, preflight_model or preflight_tensor_parallel_size, or add an entry '
-                          'with preflight_variant_overrides',
-                   message='no Inkling variant fits %s: %s' % (host, variant_error or 'no variant selected'))]
+    failed_checks = set(failed_checks or ())
+    checks = []
+    pointers = []
+    own = []
+    if not gpu_known and not refusals:
+        pointers.append('driver.nvml')
+    for ref in refusals or []:
+        name = ref.get('check') or 'variant'
+        if name != 'variant' and name in failed_checks:
+            if name not in pointers:
+                pointers.append(name)
+        elif name in VARIANT_OWN_FINDINGS:
+            checks.append(result(name, False, ref.get('message'), VARIANT_OWN_FINDINGS[name],
+                                 remedy=ref.get('remedy') or 'see the message', message=ref.get('message')))
+            if name not in pointers:
+                pointers.append(name)
+        else:
+            own.append(ref)
+    if own:
+        text = '; '.join(r.get('message') or r.get('reason') or '' for r in own)
+        remedy = '; '.join(r.get('remedy') for r in own if r.get('remedy')) or 'see the message'
+        message = 'no Inkling variant fits %s: %s' % (host, text)
+        if pointers:
+            message += '; also blocked by %s' % _names(pointers)
+            remedy += '; and fix what %s report%s' % (_names(pointers), '' if len(pointers) > 1 else 's')
+        checks.append(result('variant', False, text, expected, remedy=remedy, message=message))
+    elif pointers:
+        checks.append(result(
+            'variant', False, 'refused because of %s' % _names(pointers), expected,
+            remedy='fix what %s report%s; the variant is selected once %s'
+                   % (_names(pointers), '' if len(pointers) > 1 else 's',
+                      'they pass' if len(pointers) > 1 else 'it passes'),
+            message='no variant selected: blocked by %s (reported there)' % _names(pointers),
+            blocked_by=pointers))
+    else:
+        error = (variant_error or 'no variant selected').strip()
+        checks.append(result(
+            'variant', False, error, expected,
+            remedy='fix the variant table or preflight_variant_overrides as the message says',
+            message='no Inkling variant for %s: %s' % (host, error)))
+    return checks
+
+
+def versions_agree(short, full):
+    """True when every part ``short`` has equals ``full``'s: NVML prints ``580.159`` for driver 580.159.04."""
+    ps, pf = parse_version(short), parse_version(full)
+    return ps is not None and pf is not None and len(ps) <= len(pf) and pf[:len(ps)] == ps
+
+
+def nvml_library_version(text):
+    """The user-space NVML version nvidia-smi prints on a mismatch (``NVML library version: 580.159``),
+    as quoted by inkling.fleet.nvidia_gpu_info (``user-space NVML library 580.159``); None when absent."""
+    match = re.search(r'NVML library(?: version)?:?\s+(\d+(?:\.\d+)+)', text or '')
+    return match.group(1) if match else None
+
+
+def nvml_mismatch_detail(kernel_module_version, nvml_version=None, userspace_versions=None, cause=''):
+    """Both sides of an NVML mismatch: the user-space version nvidia-smi printed (or, when it printed
+    none, the installed library versions) and the loaded kernel module."""
+    libs = [v for v in userspace_versions or [] if not versions_equal(v, kernel_module_version)]
+    if nvml_version:
+        user = 'nvidia-smi reports user-space library %s' % nvml_version
+        other = [v for v in libs if not versions_agree(nvml_version, v)]
+        if cause:
+            user += ' (%s)' % cause
+        if other:
+            user += ', installed libraries %s' % ', '.join(other)
+    elif libs:
+        user = 'user-space libraries %s' % ', '.join(libs)
+        if cause:
+            user += ' (%s)' % cause
+    else:
+        user = 'user-space library version unknown'
+        if cause:
+            user += ', libraries changed (%s)' % cause
+    return '%s, loaded kernel module %s' % (user, kernel_module_version or 'unknown')
 
 
 def check_driver(gpu, gpu_error, kernel_module_version, min_driver,
-                 userspace_versions=None, apt_event=None):
+                 userspace_versions=None, apt_event=None, nvml_version=None):
     """Driver: NVML answers, kernel module loaded, driver >= the variant's minimum (F4)."""
     checks = []
     # kernel module
@@ -321,24 +415,21 @@ def check_driver(gpu, gpu_error, kernel_module_version, min_driver,
     if gpu_error or not gpu:
         err = (gpu_error or 'no GPU facts').strip()
         if NVML_MISMATCH.lower() in err.lower():
+            nvml_version = nvml_version or nvml_library_version(err)
             userspace = [v for v in (userspace_versions or []) if not versions_equal(v, kernel_module_version)]
             cause = ''
             if apt_event and apt_event.get('commandline'):
-                tool = apt_event['commandline'].split()[0].rsplit('/', 1)[-1]
-                cause = ' (upgraded by %s)' % tool
+                cause = 'upgraded by %s' % apt_event['commandline'].split()[0].rsplit('/', 1)[-1]
             found = 'Failed to initialize NVML: %s' % NVML_MISMATCH
-            detail = 'loaded kernel module %s' % (kernel_module_version or 'unknown')
-            if userspace:
-                detail += ' != user-space %s%s' % (', '.join(userspace), cause)
-            elif cause:
-                detail += '; user-space libraries changed%s' % cause
+            detail = nvml_mismatch_detail(kernel_module_version, nvml_version, userspace_versions, cause)
             checks.append(result(
                 'driver.nvml', False, found, 'nvidia-smi answers (kernel module and user-space libraries equal)',
                 remedy='reboot (or unload and reload the nvidia modules) so the kernel module matches the '
                        'libraries; then hold the driver packages (apt-mark hold / dnf versionlock) and exclude '
                        '*nvidia* from unattended upgrades',
                 message='NVML driver/library version mismatch: %s; reboot required; pin driver packages' % detail,
-                kernel_module_version=kernel_module_version, userspace_versions=userspace))
+                kernel_module_version=kernel_module_version, userspace_versions=userspace,
+                nvml_library_version=nvml_version))
         else:
             checks.append(result(
                 'driver.nvml', False, err, 'nvidia-smi answers',
@@ -381,21 +472,7 @@ def check_gpus(gpu, tensor_parallel_size):
                 ('expected %d GPUs for tensor_parallel_size=%d, found %d'
                  % (tensor_parallel_size, tensor_parallel_size, count))))
 
-    def onoff(value):
-        return {True: 'Enabled', False: 'Disabled', None: 'N/A'}.get(value, str(value))
-
-    mig = [g for g in gpus if g.get('mig_mode_current') or g.get('mig_mode_pending')]
-    if mig:
-        desc = ', '.join('GPU %s (current=%s, pending=%s)'
-                         % (g.get('index'), onoff(g.get('mig_mode_current')), onoff(g.get('mig_mode_pending')))
-                         for g in mig)
-        checks.append(result(
-            'gpu.mig', False, desc, 'MIG disabled (current and pending) on every GPU',
-            remedy='disable MIG (`nvidia-smi -i <gpu> -mig 0`) and reset the GPUs (or reboot)',
-            message='MIG enabled on %s; vLLM TP=%d needs whole GPUs; disable MIG (`nvidia-smi -mig 0`) and reset'
-                    % (desc, tensor_parallel_size)))
-    else:
-        checks.append(result('gpu.mig', True, 'disabled', 'MIG disabled', message='MIG disabled on every GPU'))
+    checks.append(check_mig(gpus, tensor_parallel_size))
 
     off = ', '.join(str(g.get('index')) for g in gpus if g.get('persistence_mode') is False)
     checks.append(result(
@@ -429,6 +506,44 @@ def check_gpus(gpu, tensor_parallel_size):
     return checks
 
 
+def check_mig(gpus, tensor_parallel_size):
+    """MIG off now and at the next GPU reset (F5). ``mig_mode_pending`` is what the GPU switches to at
+    its next reset or reboot; null means MIG is not supported (fine)."""
+    def onoff(value):
+        return {True: 'Enabled', False: 'Disabled', None: 'N/A'}.get(value, str(value))
+
+    def idx(group):
+        return ', '.join(str(g.get('index')) for g in group)
+
+    def ids(group):
+        return ','.join(str(g.get('index')) for g in group)
+
+    # on now and after the next reset; on now only; off now but on after the next reset
+    enabled = [g for g in gpus if g.get('mig_mode_current') and g.get('mig_mode_pending') is not False]
+    until_reset = [g for g in gpus if g.get('mig_mode_current') and g.get('mig_mode_pending') is False]
+    pending = [g for g in gpus if not g.get('mig_mode_current') and g.get('mig_mode_pending')]
+    if not (enabled or until_reset or pending):
+        return result('gpu.mig', True, 'disabled', 'MIG disabled', message='MIG disabled on every GPU')
+    parts, remedies = [], []
+    if enabled:
+        parts.append('MIG enabled on GPU %s' % idx(enabled))
+        remedies.append('disable MIG (`nvidia-smi -i %s -mig 0`) with no GPU process running, then reset the GPUs '
+                        '(`nvidia-smi -r`) or reboot' % ids(enabled))
+    if until_reset:
+        parts.append('MIG enabled on GPU %s until the next GPU reset or reboot, which disables it' % idx(until_reset))
+        remedies.append('reset the GPUs (`nvidia-smi -i %s -r`) or reboot' % ids(until_reset))
+    if pending:
+        parts.append('MIG disabled on GPU %s but pending: will be enabled at the next GPU reset or reboot'
+                     % idx(pending))
+        remedies.append('cancel the pending change (`nvidia-smi -i %s -mig 0`); no reset needed' % ids(pending))
+    found = ', '.join('GPU %s current=%s pending=%s' % (g.get('index'), onoff(g.get('mig_mode_current')),
+                                                        onoff(g.get('mig_mode_pending')))
+                      for g in gpus if g in enabled or g in until_reset or g in pending)
+    return result('gpu.mig', False, found, 'MIG disabled, now and after the next reset, on every GPU',
+                  remedy='; '.join(remedies),
+                  message='%s; vLLM TP=%d needs whole GPUs' % ('; '.join(parts), tensor_parallel_size))
+
+
 def fabric_incomplete(gpu):
     """GPUs whose fabric state is reported (non-null) and not Completed/Success."""
     bad = []
@@ -444,6 +559,73 @@ def fabric_incomplete(gpu):
 def fabric_in_progress(gpu):
     """True when some GPU's fabric registration is still running (worth waiting for)."""
     return any(g.get('fabric_state') in ('In Progress', 'Not Started') for g in fabric_incomplete(gpu))
+
+
+def fabric_progress(gpu):
+    """``{'registered', 'total', 'pending'}``: GPUs whose fabric state is Completed, of all GPUs, and
+    whether some GPU is still registering (``fabric_in_progress``)."""
+    gpus = (gpu or {}).get('gpus') or []
+    return {'registered': len([g for g in gpus if g.get('fabric_state') == FABRIC_DONE_STATE]),
+            'total': len(gpus), 'pending': fabric_in_progress(gpu)}
+
+
+def fabric_wait_delay(last_poll, now, wait_s, poll_s):
+    """Seconds to sleep before the next poll of the fabric wait, or None when the wait is over.
+
+    Times are seconds since the wait started (the check just before it is the poll at 0).
+    Polls fall on the marks poll_s, 2 * poll_s, ... and the last one on wait_s exactly, so
+    wait_s=120, poll_s=10 polls at 10, 20, ... 120 s: 12 polls after 12 delays, 120 s waited.
+    A poll slower than poll_s moves the next one to the next mark after it started (or at once),
+    never past wait_s, and the wait ends only after a poll that started at wait_s (50 ms slack).
+    """
+    wait_s, poll_s = float(wait_s), float(max(poll_s, 1))
+    if last_poll >= wait_s - 0.05:
+        return None
+    mark = min(wait_s, (int((last_poll + 0.05) // poll_s) + 1) * poll_s)
+    return max(mark - now, 0.0)
+
+
+def fabric_progress_line(host, progress, elapsed, wait_s):
+    """One line per round of the fabric wait."""
+    line = '%s - fabric registration %d of %d GPUs after %ds of %ds' % (
+        host, progress['registered'], progress['total'], int(round(elapsed)), int(wait_s))
+    if not progress['pending']:
+        line += ', done'
+    return line
+
+
+def wait_for_fabric(poll, sleep, clock, wait_s, poll_s, show=None, host='this host'):
+    """The bounded fabric wait (F1): sleep, poll, show one line, until no GPU is registering or
+    ``wait_s`` has passed.
+
+    ``poll()`` returns ``(gpu_facts, error)``; ``sleep(s)``, ``clock()`` and ``show(line)`` are
+    passed in so that the action plugin supplies the real ones and tests a fake clock.
+    Returns ``{'waited_s', 'rounds', 'registered', 'total', 'complete', 'error'}``.
+    """
+    start = clock()
+    out = {'waited_s': 0, 'rounds': 0, 'registered': None, 'total': None, 'complete': False, 'error': None}
+    elapsed = 0.0
+    while True:
+        delay = fabric_wait_delay(elapsed, clock() - start, wait_s, poll_s)
+        if delay is None:
+            break
+        sleep(delay)
+        elapsed = clock() - start
+        gpu, error = poll()
+        out['rounds'] += 1
+        out['waited_s'] = int(round(elapsed))
+        if error:
+            out['error'] = error
+            if show:
+                show('%s - fabric wait stopped after %ds: %s' % (host, int(round(elapsed)), error))
+            break
+        progress = fabric_progress(gpu)
+        out.update(registered=progress['registered'], total=progress['total'], complete=not progress['pending'])
+        if show:
+            show(fabric_progress_line(host, progress, elapsed, wait_s))
+        if not progress['pending']:
+            break
+    return out
 
 
 def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager', waited_s=0):
@@ -462,28 +644,38 @@ def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager'
                 remedy='install the fabric manager package of exactly driver %s (e.g. nvidia-fabricmanager-%s) '
                        'and start %s' % (driver or '<driver>', (driver or 'X').split('.')[0], unit),
                 message='%s is not installed on an NVSwitch system (%d NVSwitch devices); '
-                        'install/start FM matching driver %s' % (unit, nvswitch_count, driver or 'unknown')))
+                        'install/start FM matching %s' % (unit, nvswitch_count,
+                                                          ('driver %s' % driver) if driver else 'the driver')))
         elif not fabricmanager.get('active'):
             checks.append(result(
                 'fabric.manager', False, '%s %s' % (unit, fabricmanager.get('state') or 'inactive'),
                 '%s active' % unit,
                 remedy='systemctl enable --now %s (preflight_fix: true starts it); check its journal' % unit,
-                message='%s is %s on an NVSwitch system (%d NVSwitch devices); install/start FM matching driver %s'
-                        % (unit, fabricmanager.get('state') or 'inactive', nvswitch_count, driver or 'unknown'),
+                message='%s is %s on an NVSwitch system (%d NVSwitch devices); install/start FM matching %s'
+                        % (unit, fabricmanager.get('state') or 'inactive', nvswitch_count,
+                           ('driver %s' % driver) if driver else 'the driver'),
                 fixable='fabricmanager'))
         else:
             checks.append(result('fabric.manager', True, '%s active' % unit, '%s active' % unit,
                                  message='%s active' % unit))
         fm_version = fabricmanager.get('version')
-        if fabricmanager.get('installed') or fm_version:
-            ok = bool(fm_version) and bool(driver) and versions_equal(fm_version, driver)
+        if (fabricmanager.get('installed') or fm_version) and not driver:
+            # Without nvidia-smi there is no driver version to compare with. The loaded kernel module is
+            # not one: after an NVML mismatch it is the old driver, and the reboot that driver.nvml asks
+            # for loads the installed one (which the fabric manager package was upgraded with).
+            checks.append(result(
+                'fabric.manager_version', True, fm_version or 'unknown', 'the driver version',
+                message='fabric manager %s not compared: nvidia-smi reports no driver version (see driver.nvml); '
+                        'compared once nvidia-smi answers' % (fm_version or 'version unknown'),
+                skipped=True))
+        elif fabricmanager.get('installed') or fm_version:
+            ok = bool(fm_version) and versions_equal(fm_version, driver)
             checks.append(result(
                 'fabric.manager_version', ok, fm_version or 'unknown', driver or 'the driver version',
                 remedy='install the fabric manager package of exactly %s and hold both packages together '
-                       '(apt-mark hold / dnf versionlock)' % (driver or 'the driver version'),
+                       '(apt-mark hold / dnf versionlock)' % driver,
                 message=('fabric manager %s matches driver' % fm_version) if ok else
-                        ('fabric manager %s does not match driver %s' % (fm_version or 'version unknown',
-                                                                         driver or 'unknown'))))
+                        ('fabric manager %s does not match driver %s' % (fm_version or 'version unknown', driver))))
     bad = fabric_incomplete(gpu)
     reported = [g for g in (gpu or {}).get('gpus') or [] if g.get('fabric_state') is not None]
     if bad:
@@ -509,12 +701,14 @@ def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager'
 
 
 def podman_cdi_dirs(podman_version, configured_dirs, bad_versions, cdi_dirs=None):
-    """The CDI directories podman will read, and why."""
+    """The CDI directories podman will read, and why: ``configured`` (cdi_spec_dirs in
+    containers.conf), ``known_bad`` (a release of preflight_podman_bad_versions with its own list)
+    or ``default``."""
     if configured_dirs:
-        return list(configured_dirs), 'cdi_spec_dirs in containers.conf'
+        return list(configured_dirs), 'configured'
     for bad in bad_versions or []:
         if podman_version and versions_equal(podman_version, bad.get('version')) and bad.get('cdi_spec_dirs'):
-            return list(bad['cdi_spec_dirs']), 'podman %s default (%s)' % (podman_version, bad.get('reason', ''))
+            return list(bad['cdi_spec_dirs']), 'known_bad'
     return list(cdi_dirs or DEFAULT_CDI_DIRS), 'default'
 
 
@@ -578,11 +772,18 @@ def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None):
     if not visible:
         where = sorted(set(s['path'].rsplit('/', 1)[0] for s in nvidia))
         podman_desc = 'podman %s' % version if version else 'podman'
+        because = {'configured': ', as cdi_spec_dirs in containers.conf says',
+                   'known_bad': ', a known bug of this release (see podman.known_bad)'}.get(why, '')
+        remedy = ('regenerate the spec in /etc/cdi with nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml '
+                  '(preflight_fix: true does this), or add %s to cdi_spec_dirs in containers.conf'
+                  % ' and '.join(where))
+        if why == 'known_bad':
+            remedy += ', or upgrade podman'
         checks.append(result(
             'cdi.location', False, 'spec in %s' % ', '.join(where), 'a spec in %s' % ' or '.join(read_dirs),
-            remedy='write the spec to /etc/cdi (%s) or set cdi_spec_dirs in containers.conf' % regenerate,
-            message='nvidia-ctk sees the spec in %s but %s only reads %s (%s); write the spec to /etc/cdi or set '
-                    'cdi_spec_dirs' % (', '.join(where), podman_desc, ' and '.join(read_dirs), why),
+            remedy=remedy,
+            message='CDI spec in %s, but %s reads only %s%s' % (', '.join(where), podman_desc,
+                                                                ' and '.join(read_dirs), because),
             fixable='cdi'))
         candidates = nvidia
     else:
@@ -623,6 +824,10 @@ def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None):
                         % (spec['path'], built, driver or 'unknown', len(missing_paths),
                            '' if len(missing_paths) == 1 else 's'),
                 missing_host_paths=missing_paths[:20], fixable='cdi'))
+        elif not driver:
+            checks.append(result('cdi.stale', True, spec['path'], 'generated for the running driver',
+                                 message='CDI spec %s not compared: nvidia-smi reports no driver version '
+                                         '(see driver.nvml)' % spec['path'], skipped=True))
         else:
             checks.append(result('cdi.stale', True, spec['path'], 'generated for driver %s' % driver,
                                  message='CDI spec %s matches driver %s' % (spec['path'], driver)))
@@ -739,15 +944,17 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
              tensor_parallel_size=8, podman_min_version='4.4', podman_bad_versions=None,
              cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
              shm_min_mib=1024, service_ipc_host=True, fabricmanager_unit='nvidia-fabricmanager',
-             fabric_waited_s=0, mount_sources=None):
-    """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``."""
+             fabric_waited_s=0, mount_sources=None, variant_refusals=None, nvml_library_version=None):
+    """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``.
+
+    The variant check runs last: a refusal whose root cause another check reports points at it.
+    """
     facts = host_facts or {}
     variant = variant or None
     checks = []
-    checks += check_variant(variant, variant_error, host)
     checks += check_driver(gpu, gpu_error, facts.get('kernel_module_version'),
                            (variant or {}).get('min_driver'), facts.get('userspace_driver_versions'),
-                           facts.get('apt_nvidia_event'))
+                           facts.get('apt_nvidia_event'), nvml_library_version)
     checks += check_gpus(gpu, tensor_parallel_size)
     checks += check_fabric(gpu, facts.get('fabricmanager'), facts.get('nvswitch_count') or 0,
                            unit=fabricmanager_unit, waited_s=fabric_waited_s)
@@ -768,6 +975,9 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
     checks += check_mounts(variant, mount_sources)
     checks += check_shm(facts.get('shm_bytes'), tensor_parallel_size, service_ipc_host, shm_min_mib)
     checks += check_selinux(facts.get('selinux'))
+    failed_checks = set(c['check'] for c in checks if not c['ok'] and c['level'] == 'error')
+    checks += check_variant(variant, variant_error, host, variant_refusals, failed_checks,
+                            gpu_known=bool(gpu) and not gpu_error)
     failures = [c for c in checks if not c['ok'] and c['level'] == 'error']
     warnings = [c for c in checks if not c['ok'] and c['level'] == 'warning']
     fixable = sorted(set(c['fixable'] for c in failures + warnings if c.get('fixable')))

@@ -61,13 +61,37 @@ class VariantTableError(Exception):
 
 
 class VariantRefused(Exception):
-    """The host cannot serve the model as asked; ``reasons`` says why, each with a remedy."""
+    """The host cannot serve the model as asked; ``reasons`` says why, each with a remedy.
 
-    def __init__(self, host, reasons):
+    ``refusals`` holds the same reasons as dicts (see ``refusal``): which check of the preflight
+    role the reason belongs to, the message and the remedy apart, so that a report can name each
+    root cause once.
+    """
+
+    def __init__(self, host, refusals):
         self.host = host
-        self.reasons = list(reasons)
+        self.refusals = [r if isinstance(r, dict) else refusal('variant', host, r) for r in refusals]
+        self.reasons = [r['reason'] for r in self.refusals]
         super(VariantRefused, self).__init__(
             'refused (%d reason(s)): %s' % (len(self.reasons), ' | '.join(self.reasons)))
+
+
+# The check of inkling.fleet.preflight each kind of refusal belongs to: gpu.count and gpu.mig
+# are checks of their own; gpu.memory and driver.version are reported from the refusal; the
+# rest (compute capability, no entry) are about the table and stay with the variant check.
+REFUSAL_CHECKS = ('gpu.count', 'gpu.mig', 'gpu.memory', 'driver.version', 'variant')
+
+
+def refusal(check, host, reason):
+    """One refusal: ``{'check', 'message', 'remedy', 'reason'}`` from a reason written as
+    ``'<host>: <what was found>. Remedy: <what to do>.'`` (``reason`` is kept as written)."""
+    text = reason
+    prefix = '%s: ' % host
+    if text.startswith(prefix):
+        text = text[len(prefix):]
+    message, _sep, remedy = text.partition(' Remedy: ')
+    return {'check': check, 'message': message.strip().rstrip('.'), 'remedy': remedy.strip().rstrip('.'),
+            'reason': reason}
 
 
 def deep_merge(base, override):
@@ -303,41 +327,44 @@ def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host
     refusals = []
     reasons = []
 
+    def refuse(check, reason):
+        refusals.append(refusal(check, host, reason))
+
     if gpu_count == 0:
-        refusals.append('%s: found no GPU; need %d for tensor parallel size %d. Remedy: check nvidia-smi -L and '
-                        'the driver.' % (host, tensor_parallel_size, tensor_parallel_size))
+        refuse('gpu.count', '%s: found no GPU; need %d for tensor parallel size %d. Remedy: check nvidia-smi -L and '
+               'the driver.' % (host, tensor_parallel_size, tensor_parallel_size))
     cap = None
     if len(caps) > 1:
         per_cap = {}
         for item in gpus:
             per_cap.setdefault(item.get('compute_cap'), []).append(str(item.get('index')))
         found = ', '.join('%s on GPU %s' % (c, ','.join(idx)) for c, idx in sorted(per_cap.items(), key=lambda kv: version_tuple(kv[0] or '')))
-        refusals.append('%s: mixed compute capabilities (%s); one vLLM server needs GPUs of one kind. Remedy: '
-                        'serve from a host with identical GPUs.' % (host, found))
+        refuse('variant', '%s: mixed compute capabilities (%s); one vLLM server needs GPUs of one kind. Remedy: '
+               'serve from a host with identical GPUs.' % (host, found))
     elif len(caps) == 1:
         cap = caps[0]
     elif gpu_count:
-        refusals.append('%s: the compute capability is unknown (nvidia-smi did not report compute_cap; driver %s). '
-                        'Remedy: upgrade the driver to one that reports compute_cap.'
-                        % (host, gpu.get('driver_version')))
+        refuse('variant', '%s: the compute capability is unknown (nvidia-smi did not report compute_cap; driver %s). '
+               'Remedy: upgrade the driver to one that reports compute_cap.'
+               % (host, gpu.get('driver_version')))
 
     if cap in KNOWN_UNSUPPORTED_CAPS:
-        refusals.append('%s: %s' % (host, KNOWN_UNSUPPORTED_CAPS[cap]))
+        refuse('variant', '%s: %s' % (host, KNOWN_UNSUPPORTED_CAPS[cap]))
 
     if gpu_count and gpu_count < tensor_parallel_size:
-        refusals.append('%s: found %d GPU(s); tensor parallel size %d needs %d. Remedy: use a host with %d GPUs '
-                        '(if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid '
-                        'errors), or lower the tensor parallel size where the model fits.'
-                        % (host, gpu_count, tensor_parallel_size, tensor_parallel_size, tensor_parallel_size))
+        refuse('gpu.count', '%s: found %d GPU(s); tensor parallel size %d needs %d. Remedy: use a host with %d GPUs '
+               '(if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid '
+               'errors), or lower the tensor parallel size where the model fits.'
+               % (host, gpu_count, tensor_parallel_size, tensor_parallel_size, tensor_parallel_size))
 
     mig = [str(item.get('index')) for item in gpus if item.get('mig_mode_current') or item.get('mig_mode_pending')]
     if mig:
         states = ', '.join('GPU %s current=%s pending=%s' % (
             item.get('index'), _on_off(item.get('mig_mode_current')), _on_off(item.get('mig_mode_pending')))
             for item in gpus if str(item.get('index')) in mig)
-        refusals.append('%s: MIG is enabled or pending (%s); vLLM tensor parallelism needs whole GPUs. Remedy: '
-                        'disable MIG (nvidia-smi -i <gpu> -mig 0) with no GPU process running, then reset the '
-                        'GPUs or reboot.' % (host, states))
+        refuse('gpu.mig', '%s: MIG is enabled or pending (%s); vLLM tensor parallelism needs whole GPUs. Remedy: '
+               'disable MIG (nvidia-smi -i <gpu> -mig 0) with no GPU process running, then reset the '
+               'GPUs or reboot.' % (host, states))
 
     candidates = []
     if cap is not None and cap not in KNOWN_UNSUPPORTED_CAPS:
@@ -347,7 +374,7 @@ def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host
              and entry['tensor_parallel_size'] == tensor_parallel_size],
             key=lambda item: (-item[1].get('priority', 0), item[0]))
         if not candidates:
-            refusals.append(_no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size))
+            refuse('variant', _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size))
 
     chosen = None
     if candidates:
@@ -376,7 +403,8 @@ def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host
         have = tp_group_memory_mib(gpus, tensor_parallel_size)
         used = min(gpu_count, tensor_parallel_size)
         if have < need:
-            refusals.append(
+            refuse(
+                'gpu.memory',
                 '%s: the %d GPU(s) of the tensor parallel group have %d MiB (%s) in total; %s (entry %s) needs at '
                 'least %d MiB (%s). Remedy: use GPUs with more memory (for example 8x H200 or 8x B200), or a '
                 'smaller model.' % (host, used, have, _gib(have), model, chosen_name, need, _gib(need)))
@@ -387,12 +415,12 @@ def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host
         driver = gpu.get('driver_version')
         floor = chosen['min_driver']
         if not driver:
-            refusals.append('%s: the driver version is unknown; entry %s needs driver >= %s. Remedy: check '
-                            'nvidia-smi.' % (host, chosen_name, floor))
+            refuse('variant', '%s: the driver version is unknown; entry %s needs driver >= %s. Remedy: check '
+                   'nvidia-smi.' % (host, chosen_name, floor))
         elif version_tuple(driver) < version_tuple(floor):
-            refusals.append('%s: driver %s is older than %s, which entry %s needs (image %s). Remedy: upgrade the '
-                            'NVIDIA driver (and fabric manager, same version) to %s or newer.'
-                            % (host, driver, floor, chosen_name, chosen['image']['reference'], floor))
+            refuse('driver.version', '%s: driver %s is older than %s, which entry %s needs (image %s). Remedy: upgrade the '
+                   'NVIDIA driver (and fabric manager, same version) to %s or newer.'
+                   % (host, driver, floor, chosen_name, chosen['image']['reference'], floor))
         else:
             reasons.append('driver %s >= %s' % (driver, floor))
 

@@ -174,6 +174,20 @@ reasons:
   type: list
   elements: str
   sample: ["web-01: 8 GPU(s), compute capability 9.0, driver 580.159.04; entry sm90-patched matches ..."]
+refusals:
+  description:
+    - On a refusal, the same reasons as C(reasons), each a dict with C(check) (the check of
+      M(inkling.fleet.preflight_evaluate) the reason belongs to, C(gpu.count), C(gpu.mig), C(gpu.memory),
+      C(driver.version), or C(variant) for reasons about the table), C(message), C(remedy) and C(reason)
+      (the text of C(reasons)).
+  returned: failure when the host is refused
+  type: list
+  elements: dict
+  sample:
+    - check: gpu.mig
+      message: "MIG is enabled or pending (GPU 0 current=Enabled pending=Enabled); vLLM tensor parallelism needs whole GPUs"
+      remedy: "disable MIG (nvidia-smi -i <gpu> -mig 0) with no GPU process running, then reset the GPUs or reboot"
+      reason: "web-01: MIG is enabled or pending (GPU 0 current=Enabled pending=Enabled); ... Remedy: ..."
 table_errors:
   description: On a table error, each problem found in the table.
   returned: failure
@@ -206,7 +220,7 @@ def main():
             params['gpu'], params['model'], params['tensor_parallel_size'], params['table'],
             overrides=params['overrides'], host=params['host'], schema_version=params['schema_version'])
     except VariantRefused as exc:
-        module.fail_json(msg=str(exc), reasons=exc.reasons)
+        module.fail_json(msg=str(exc), reasons=exc.reasons, refusals=exc.refusals)
     except VariantTableError as exc:
         module.fail_json(msg=str(exc), reasons=[], table_errors=exc.errors)
     module.exit_json(changed=False, variant=variant, reasons=reasons)

@@ -169,6 +169,11 @@ error_kind:
   returned: failure
   type: str
   sample: nvml_mismatch
+nvml_library_version:
+  description: On an NVML mismatch, the user-space NVML library version nvidia-smi printed (null when it printed none).
+  returned: failure with error_kind nvml_mismatch
+  type: str
+  sample: "460.73"
 kernel_module_version:
   description: On an NVML mismatch, the version of the loaded kernel module from /proc/driver/nvidia/version.
   returned: failure with error_kind nvml_mismatch

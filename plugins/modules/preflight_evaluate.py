@@ -47,7 +47,19 @@ options:
     description: The variant picked by M(inkling.fleet.inkling_variant); omit when none fits.
     type: dict
   variant_error:
-    description: Why no variant was picked.
+    description: Why no variant was picked (the message of M(inkling.fleet.inkling_variant)).
+    type: str
+  variant_refusals:
+    description:
+      - The C(refusals) of M(inkling.fleet.inkling_variant) when it refused the host. A reason whose root
+        cause another check reports (C(gpu.count), C(gpu.mig)) is not repeated; memory and driver-floor
+        reasons become the C(gpu.memory) and C(driver.version) results; the C(variant) result then names
+        those checks instead of repeating them.
+    type: list
+    elements: dict
+    default: []
+  nvml_library_version:
+    description: On an NVML mismatch, the user-space NVML library version nvidia-smi printed (for the message).
     type: str
   tensor_parallel_size:
     description: GPUs the model is served on; the host must have exactly this many.
@@ -133,7 +145,11 @@ report:
       description: True when no check of level C(error) failed.
       type: bool
     checks:
-      description: Every check, each with C(check), C(ok), C(level) (C(error) or C(warning)), C(found), C(expected), C(remedy), C(message).
+      description:
+        - Every check, each with C(check), C(ok), C(level) (C(error) or C(warning)), C(found), C(expected), C(remedy),
+          C(message).
+        - A check that could not be made (for example the fabric manager version while nvidia-smi cannot answer) has
+          C(ok=true), C(skipped=true) and says why in C(message).
       type: list
       elements: dict
       sample:
@@ -191,6 +207,8 @@ def main():
             service_ipc_host=dict(type='bool', default=True),
             fabricmanager_unit=dict(type='str', default='nvidia-fabricmanager'),
             fabric_waited_s=dict(type='int', default=0),
+            variant_refusals=dict(type='list', elements='dict', default=[]),
+            nvml_library_version=dict(type='str'),
         ),
         supports_check_mode=True,
     )
@@ -206,7 +224,8 @@ def main():
         disk_margin_pct=p['disk_margin_pct'], image_free_bytes=p['image_free_bytes'],
         tmp_free_bytes=p['tmp_free_bytes'], shm_min_mib=p['shm_min_mib'],
         service_ipc_host=p['service_ipc_host'], fabricmanager_unit=p['fabricmanager_unit'],
-        fabric_waited_s=p['fabric_waited_s'], mount_sources=mount_sources)
+        fabric_waited_s=p['fabric_waited_s'], mount_sources=mount_sources,
+        variant_refusals=p['variant_refusals'], nvml_library_version=p['nvml_library_version'])
     module.exit_json(changed=False, summary=pc.summary(report), report=report)
 
 

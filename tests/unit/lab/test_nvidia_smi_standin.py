@@ -213,6 +213,26 @@ def test_nvml_mismatch_text(lab):
     assert rc == 18 and out.splitlines()[0] == 'Failed to initialize NVML: Driver/library version mismatch'
 
 
+@pytest.mark.parametrize('name', ['h200-8', 'b200-8'])
+def test_nvml_mismatch_prints_the_user_space_version_of_the_libraries_the_lab_installs(lab, tmp_path, name):
+    """lab/gpu-host installs libcuda.so.<driver> of the profile: NVML's x.y must be that driver's."""
+    lab.profile(name)
+    driver = load_profile(name)['driver_version']
+    lab.fault('nvml-mismatch')
+    unused0, out, unused2 = lab.run('-L')
+    printed = out.splitlines()[1].split(': ', 1)[1]
+    assert printed == load_profile(name)['nvml_version']
+    assert driver.startswith(printed + '.')
+    unused0, result = lab.facts(tmp_path)
+    assert result['nvml_library_version'] == printed
+
+
+def test_nvml_mismatch_library_version_parameter(lab):
+    lab.fault('nvml-mismatch', {'library_version': '580.173'})
+    unused0, out, unused2 = lab.run('-L')
+    assert out.splitlines()[1] == 'NVML library version: 580.173'
+
+
 def test_hang_fault_hits_the_module_timeout(lab, tmp_path):
     lab.fault('hang', {'seconds': 30})
     unused0, result = run_module('nvidia_gpu_info', {'nvidia_smi_path': STANDIN, 'timeout': 1}, env=lab.env,

@@ -148,6 +148,14 @@ def test_nvml_mismatch_is_matched_on_the_message_not_the_exit_code(rc):
     assert '460.73' in exc.message
     for advice in ('kernel module', 'unattended', 'reboot', 'hold'):
         assert advice in exc.message
+    # the version nvidia-smi printed, for the preflight message
+    assert exc.as_dict()['nvml_library_version'] == '460.73'
+
+
+def test_nvml_mismatch_without_a_printed_library_version():
+    with pytest.raises(smi.NvidiaSmiError) as err:
+        collect(FakeSmi([], failure=(18, 'Failed to initialize NVML: Driver/library version mismatch\n')))
+    assert err.value.as_dict()['nvml_library_version'] is None
 
 
 def test_no_devices_found():

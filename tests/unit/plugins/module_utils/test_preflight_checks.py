@@ -84,9 +84,9 @@ def run(gpu=None, gpu_error=None, facts=None, variant='default', **kw):
     kw.setdefault('podman_bad_versions', BAD_PODMAN)
     kw.setdefault('image_free_bytes', 50 * GIB)
     kw.setdefault('tmp_free_bytes', 20 * GIB)
+    kw.setdefault('variant_error', None if variant else 'no variant for 7 x NVIDIA H200')
     return pc.evaluate('gpu-node-01', gpu=gpu if gpu is not None or gpu_error else make_gpu(),
-                       gpu_error=gpu_error, host_facts=facts or host_facts(), variant=variant,
-                       variant_error=None if variant else 'no variant for 7 x NVIDIA H200', **kw)
+                       gpu_error=gpu_error, host_facts=facts or host_facts(), variant=variant, **kw)
 
 
 def failed(report):
@@ -279,8 +279,8 @@ def test_f4_nvml_mismatch_names_versions_and_cause():
     report = run(gpu_error='nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch',
                  facts=facts)
     msg = failed(report)['driver.nvml']
-    assert msg == ('NVML driver/library version mismatch: loaded kernel module 460.56 != user-space 460.73.01 '
-                   '(upgraded by unattended-upgrade); reboot required; pin driver packages')
+    assert msg == ('NVML driver/library version mismatch: user-space libraries 460.73.01 (upgraded by '
+                   'unattended-upgrade), loaded kernel module 460.56; reboot required; pin driver packages')
     nvml = [f for f in report['failures'] if f['check'] == 'driver.nvml'][0]
     assert 'reboot' in nvml['remedy'] and 'hold' in nvml['remedy']
     # the other checks still ran: the report is complete
@@ -290,8 +290,9 @@ def test_f4_nvml_mismatch_names_versions_and_cause():
 def test_f4_mismatch_without_library_versions_still_fails_on_the_message():
     report = run(gpu_error='Failed to initialize NVML: Driver/library version mismatch',
                  facts=host_facts(userspace_driver_versions=[]))
-    assert failed(report)['driver.nvml'].startswith('NVML driver/library version mismatch: loaded kernel module '
-                                                    '580.159.04')
+    assert failed(report)['driver.nvml'] == ('NVML driver/library version mismatch: user-space library version '
+                                             'unknown, loaded kernel module 580.159.04; reboot required; pin driver '
+                                             'packages')
 
 
 def test_nvidia_smi_missing_is_a_failure_not_a_crash():
@@ -329,15 +330,23 @@ def test_kernel_module_differs_from_nvidia_smi():
 def test_f5_mig_enabled_on_gpu0():
     gpu = make_gpu()
     gpu['gpus'][0].update(mig_mode_current=True, mig_mode_pending=True)
-    msg = failed(run(gpu=gpu))['gpu.mig']
-    assert msg == ('MIG enabled on GPU 0 (current=Enabled, pending=Enabled); vLLM TP=8 needs whole GPUs; '
-                   'disable MIG (`nvidia-smi -mig 0`) and reset')
+    report = run(gpu=gpu)
+    assert failed(report)['gpu.mig'] == 'MIG enabled on GPU 0; vLLM TP=8 needs whole GPUs'
+    mig = [f for f in report['failures'] if f['check'] == 'gpu.mig'][0]
+    assert mig['found'] == 'GPU 0 current=Enabled pending=Enabled'
+    assert mig['remedy'] == ('disable MIG (`nvidia-smi -i 0 -mig 0`) with no GPU process running, then reset the '
+                             'GPUs (`nvidia-smi -r`) or reboot')
 
 
 def test_f5_mig_pending_only_also_fails():
     gpu = make_gpu()
     gpu['gpus'][3]['mig_mode_pending'] = True
-    assert 'GPU 3 (current=Disabled, pending=Enabled)' in failed(run(gpu=gpu))['gpu.mig']
+    report = run(gpu=gpu)
+    assert failed(report)['gpu.mig'] == ('MIG disabled on GPU 3 but pending: will be enabled at the next GPU reset '
+                                         'or reboot; vLLM TP=8 needs whole GPUs')
+    mig = [f for f in report['failures'] if f['check'] == 'gpu.mig'][0]
+    assert mig['found'] == 'GPU 3 current=Disabled pending=Enabled'
+    assert mig['remedy'] == 'cancel the pending change (`nvidia-smi -i 3 -mig 0`); no reset needed'
 
 
 def test_mig_not_supported_is_not_a_failure():
@@ -371,8 +380,12 @@ def test_f6_spec_only_in_var_run_cdi_with_podman_551():
                        podman={'found': True, 'version': '5.5.1'})
     report = run(facts=facts)
     msg = failed(report)['cdi.location']
-    assert msg.startswith('nvidia-ctk sees the spec in /var/run/cdi but podman 5.5.1 only reads /etc/cdi')
-    assert msg.endswith('write the spec to /etc/cdi or set cdi_spec_dirs')
+    assert msg == ('CDI spec in /var/run/cdi, but podman 5.5.1 reads only /etc/cdi, a known bug of this release '
+                   '(see podman.known_bad)')
+    location = [f for f in report['failures'] if f['check'] == 'cdi.location'][0]
+    assert location['remedy'] == ('regenerate the spec in /etc/cdi with nvidia-ctk cdi generate '
+                                  '--output=/etc/cdi/nvidia.yaml (preflight_fix: true does this), or add /var/run/cdi '
+                                  'to cdi_spec_dirs in containers.conf, or upgrade podman')
     assert 'podman.known_bad' in warned(report)
     assert 'cdi' in report['fixable']
 
@@ -574,7 +587,9 @@ def test_disk_counts_what_is_already_downloaded():
 
 def test_variant_refusal_is_a_failure_in_the_report():
     report = run(variant=None)
-    assert failed(report)['variant'] == 'no Inkling variant fits gpu-node-01: no variant for 7 x NVIDIA H200'
+    assert failed(report)['variant'] == 'no Inkling variant for gpu-node-01: no variant for 7 x NVIDIA H200'
+    variant = [f for f in report['failures'] if f['check'] == 'variant'][0]
+    assert variant['remedy'] == 'fix the variant table or preflight_variant_overrides as the message says'
     assert 'driver.version' not in {c['check'] for c in report['checks']}
 
 
@@ -622,3 +637,303 @@ def test_variant_mount_source_missing_is_a_failure_naming_the_cubins():
     present = pc.check_mounts(variant, {'/var/lib/inkling/flashinfer-cubins': True})
     assert present[0]['ok'] is True
     assert pc.check_mounts({'name': 'sm90-patched', 'mounts': []}, {}) == []
+
+
+# --------------------------------------------------------------------------
+# issue 22: each root cause once; the variant check points at it
+# --------------------------------------------------------------------------
+
+def refusal(check, message, remedy):
+    return {'check': check, 'message': message, 'remedy': remedy,
+            'reason': 'gpu-node-01: %s. Remedy: %s.' % (message, remedy)}
+
+
+COUNT = refusal('gpu.count', 'found 7 GPU(s); tensor parallel size 8 needs 8', 'use a host with 8 GPUs')
+MIG = refusal('gpu.mig', 'MIG is enabled or pending (GPU 0 current=Enabled pending=Enabled)', 'disable MIG')
+MEMORY = refusal('gpu.memory', 'the 8 GPU(s) of the tensor parallel group have 652472 MiB (637.2 GiB) in total; '
+                 'thinkingmachines/Inkling-NVFP4 (entry sm90-patched) needs at least 666624 MiB (651.0 GiB)',
+                 'use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model')
+OLD_DRIVER = refusal('driver.version', 'driver 550.90.07 is older than 580.65.06, which entry sm90-patched needs',
+                     'upgrade the NVIDIA driver (and fabric manager, same version) to 580.65.06 or newer')
+NO_ENTRY = refusal('variant', 'found compute capability 8.0; no enabled variant of thinkingmachines/Inkling-NVFP4 '
+                   'supports it (supported: 9.0, 10.0)',
+                   'run this model on supported GPUs, or add a tested entry through preflight_variant_overrides')
+
+
+def refused_run(refs, gpu=None, **kw):
+    return run(gpu=gpu, variant=None, variant_refusals=refs, **kw)
+
+
+def by_check(report, name):
+    return [f for f in report['failures'] if f['check'] == name]
+
+
+def test_mig_is_reported_once_and_the_variant_points_at_it():
+    gpu = make_gpu()
+    gpu['gpus'][0].update(mig_mode_current=True, mig_mode_pending=True)
+    report = refused_run([MIG], gpu=gpu)
+    msgs = failed(report)
+    assert set(msgs) == {'gpu.mig', 'variant'}
+    assert msgs['variant'] == 'no variant selected: blocked by gpu.mig (reported there)'
+    variant = by_check(report, 'variant')[0]
+    assert variant['remedy'] == 'fix what gpu.mig reports; the variant is selected once it passes'
+    assert variant['blocked_by'] == ['gpu.mig']
+    assert 'preflight_variant_overrides' not in variant['remedy']
+    # the variant check comes after the checks it points at
+    names = [c['check'] for c in report['checks']]
+    assert names.index('variant') > names.index('gpu.mig')
+    assert len(by_check(report, 'variant')) == 1
+
+
+def test_count_and_mig_together_are_one_pointer():
+    gpu = make_gpu(count=7)
+    gpu['gpus'][0].update(mig_mode_current=True, mig_mode_pending=True)
+    report = refused_run([COUNT, MIG], gpu=gpu)
+    assert set(failed(report)) == {'gpu.count', 'gpu.mig', 'variant'}
+    assert failed(report)['variant'] == 'no variant selected: blocked by gpu.count, gpu.mig (reported there)'
+    assert by_check(report, 'variant')[0]['remedy'] == ('fix what gpu.count, gpu.mig report; the variant is '
+                                                        'selected once they pass')
+
+
+def test_memory_becomes_its_own_finding_with_its_own_remedy():
+    report = refused_run([MEMORY])
+    msgs = failed(report)
+    assert set(msgs) == {'gpu.memory', 'variant'}
+    memory = by_check(report, 'gpu.memory')[0]
+    assert memory['message'] == MEMORY['message']
+    assert memory['remedy'] == 'use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model'
+    assert msgs['variant'] == 'no variant selected: blocked by gpu.memory (reported there)'
+
+
+def test_old_driver_refusal_becomes_the_driver_version_finding():
+    report = refused_run([OLD_DRIVER])
+    assert failed(report) == {'driver.version': OLD_DRIVER['message'],
+                              'variant': 'no variant selected: blocked by driver.version (reported there)'}
+
+
+def test_a_refusal_whose_check_passed_is_kept_in_the_variant_finding():
+    # gpu.mig passes on these GPUs: the reason must not be lost
+    report = refused_run([MIG])
+    assert set(failed(report)) == {'variant'}
+    assert failed(report)['variant'] == 'no Inkling variant fits gpu-node-01: ' + MIG['message']
+    assert by_check(report, 'variant')[0]['remedy'] == 'disable MIG'
+
+
+def test_table_reasons_keep_their_own_remedy_and_name_the_root_causes_too():
+    gpu = make_gpu(count=7)
+    report = refused_run([COUNT, NO_ENTRY], gpu=gpu)
+    msgs = failed(report)
+    assert set(msgs) == {'gpu.count', 'variant'}
+    assert msgs['variant'] == ('no Inkling variant fits gpu-node-01: ' + NO_ENTRY['message']
+                               + '; also blocked by gpu.count')
+    assert by_check(report, 'variant')[0]['remedy'] == NO_ENTRY['remedy'] + '; and fix what gpu.count reports'
+
+
+def test_without_gpu_facts_the_variant_points_at_driver_nvml():
+    report = run(gpu_error='nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch',
+                 variant=None, variant_error=None)
+    assert failed(report)['variant'] == 'no variant selected: blocked by driver.nvml (reported there)'
+
+
+# --------------------------------------------------------------------------
+# issue 22: NVML mismatch names both versions; no fabric manager comparison with "unknown"
+# --------------------------------------------------------------------------
+
+MISMATCH = ('Failed to initialize NVML: Driver/library version mismatch (user-space NVML library 580.159). The '
+            'loaded nvidia kernel module and the user-space driver library (NVML) are different versions')
+
+
+def test_nvml_mismatch_names_the_version_nvidia_smi_printed_and_the_kernel_module():
+    facts = host_facts(kernel_module_version='580.126.09', userspace_driver_versions=[DRIVER])
+    report = run(gpu_error=MISMATCH, facts=facts, variant=None, nvml_library_version='580.159')
+    assert set(failed(report)) == {'driver.nvml', 'variant'}
+    assert failed(report)['driver.nvml'] == ('NVML driver/library version mismatch: nvidia-smi reports user-space '
+                                             'library 580.159, loaded kernel module 580.126.09; reboot required; '
+                                             'pin driver packages')
+    nvml = by_check(report, 'driver.nvml')[0]
+    assert nvml['nvml_library_version'] == '580.159' and nvml['kernel_module_version'] == '580.126.09'
+
+
+def test_nvml_mismatch_reads_the_version_from_the_message_when_not_given():
+    report = run(gpu_error=MISMATCH, facts=host_facts(), variant=None)
+    assert failed(report)['driver.nvml'].startswith('NVML driver/library version mismatch: nvidia-smi reports '
+                                                    'user-space library 580.159, loaded kernel module 580.159.04;')
+    assert pc.nvml_library_version('Failed ...\nNVML library version: 535.183\n') == '535.183'
+    assert pc.nvml_library_version('nvidia-smi failed') is None
+
+
+def test_nvml_mismatch_lists_installed_libraries_that_disagree_with_nvml():
+    facts = host_facts(kernel_module_version='580.126.09', userspace_driver_versions=['580.126.09', '580.159.04'],
+                       apt_nvidia_event={'commandline': '/usr/bin/unattended-upgrade', 'packages': []})
+    report = run(gpu_error=MISMATCH, facts=facts, variant=None, nvml_library_version='580.173')
+    assert failed(report)['driver.nvml'] == (
+        'NVML driver/library version mismatch: nvidia-smi reports user-space library 580.173 (upgraded by '
+        'unattended-upgrade), installed libraries 580.159.04, loaded kernel module 580.126.09; reboot required; '
+        'pin driver packages')
+
+
+def test_versions_agree_on_the_parts_nvml_prints():
+    assert pc.versions_agree('580.159', '580.159.04')
+    assert pc.versions_agree('580.159.04', '580.159.4')
+    assert not pc.versions_agree('580.173', '580.159.04')
+    assert not pc.versions_agree('580.159.04', '580.159')
+    assert not pc.versions_agree(None, '580.159.04')
+
+
+def test_fabric_manager_version_is_not_compared_without_a_driver_version():
+    facts = host_facts(kernel_module_version='580.126.09')
+    report = run(gpu_error=MISMATCH, facts=facts, variant=None)
+    assert 'fabric.manager_version' not in failed(report)
+    fm = [c for c in report['checks'] if c['check'] == 'fabric.manager_version'][0]
+    assert fm['ok'] and fm['skipped']
+    assert fm['message'] == ('fabric manager 580.159.04 not compared: nvidia-smi reports no driver version '
+                             '(see driver.nvml); compared once nvidia-smi answers')
+    assert 'unknown' not in ' '.join(f['message'] for f in report['failures'])
+    stale = [c for c in report['checks'] if c['check'] == 'cdi.stale'][0]
+    assert stale['ok'] and stale['skipped'] and 'None' not in stale['message']
+
+
+def test_fabric_manager_down_without_a_driver_version_says_the_driver():
+    facts = host_facts(fabricmanager={'installed': True, 'active': False, 'state': 'inactive', 'version': DRIVER})
+    msg = failed(run(gpu_error=MISMATCH, facts=facts, variant=None))['fabric.manager']
+    assert msg == ('nvidia-fabricmanager is inactive on an NVSwitch system (4 NVSwitch devices); install/start FM '
+                   'matching the driver')
+
+
+# --------------------------------------------------------------------------
+# issue 22: MIG wording, cdi.location wording
+# --------------------------------------------------------------------------
+
+def test_mig_enabled_until_the_next_reset():
+    gpu = make_gpu()
+    gpu['gpus'][2].update(mig_mode_current=True, mig_mode_pending=False)
+    report = run(gpu=gpu)
+    assert failed(report)['gpu.mig'] == ('MIG enabled on GPU 2 until the next GPU reset or reboot, which disables it; '
+                                         'vLLM TP=8 needs whole GPUs')
+    assert by_check(report, 'gpu.mig')[0]['remedy'] == 'reset the GPUs (`nvidia-smi -i 2 -r`) or reboot'
+
+
+def test_mig_enabled_and_pending_on_several_gpus():
+    gpu = make_gpu()
+    gpu['gpus'][0].update(mig_mode_current=True, mig_mode_pending=True)
+    gpu['gpus'][1].update(mig_mode_current=True, mig_mode_pending=True)
+    gpu['gpus'][5].update(mig_mode_current=False, mig_mode_pending=True)
+    report = run(gpu=gpu)
+    assert failed(report)['gpu.mig'] == ('MIG enabled on GPU 0, 1; MIG disabled on GPU 5 but pending: will be enabled '
+                                         'at the next GPU reset or reboot; vLLM TP=8 needs whole GPUs')
+    assert by_check(report, 'gpu.mig')[0]['remedy'] == (
+        'disable MIG (`nvidia-smi -i 0,1 -mig 0`) with no GPU process running, then reset the GPUs (`nvidia-smi -r`) '
+        'or reboot; cancel the pending change (`nvidia-smi -i 5 -mig 0`); no reset needed')
+
+
+def test_cdi_location_with_cdi_spec_dirs_from_containers_conf():
+    facts = host_facts(cdi_specs=[cdi_spec(path='/var/run/cdi/nvidia.yaml')], containers_conf_cdi_spec_dirs=['/etc/cdi'])
+    report = run(facts=facts)
+    assert failed(report)['cdi.location'] == ('CDI spec in /var/run/cdi, but podman 5.4.2 reads only /etc/cdi, as '
+                                              'cdi_spec_dirs in containers.conf says')
+    assert by_check(report, 'cdi.location')[0]['remedy'] == (
+        'regenerate the spec in /etc/cdi with nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml '
+        '(preflight_fix: true does this), or add /var/run/cdi to cdi_spec_dirs in containers.conf')
+
+
+def test_no_message_nests_parentheses():
+    facts = host_facts(cdi_specs=[cdi_spec(path='/var/run/cdi/nvidia.yaml')], podman={'found': True, 'version': '5.5.1'})
+    report = run(facts=facts, podman_bad_versions=[{
+        'version': '5.5.1', 'cdi_spec_dirs': ['/etc/cdi'], 'remedy': 'upgrade podman',
+        'reason': 'its default cdi_spec_dirs lists only /etc/cdi (podman#26569, fixed by containers/common#2462)'}])
+    for fail in report['failures']:
+        for text in (fail['message'], fail['remedy']):
+            depth = 0
+            for char in text:
+                depth += {'(': 1, ')': -1}.get(char, 0)
+                assert depth <= 1, text
+
+
+# --------------------------------------------------------------------------
+# issue 22: the fabric wait
+# --------------------------------------------------------------------------
+
+class FakeClock(object):
+    """time.monotonic/time.sleep stand-ins; each poll takes ``poll_takes`` seconds."""
+
+    def __init__(self, poll_takes=0.4):
+        self.now = 1000.0
+        self.poll_takes = poll_takes
+        self.polls = []
+        self.lines = []
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        assert seconds >= 0
+        self.now += seconds
+
+    def poller(self, states):
+        """poll() returning the fabric states of ``states`` in turn (the last one repeats)."""
+        def poll():
+            self.polls.append(round(self.now - 1000.0, 2))
+            gpu = make_gpu(fabric=states[min(len(self.polls), len(states)) - 1])
+            self.now += self.poll_takes
+            return gpu, None
+        return poll
+
+
+def test_fabric_wait_lasts_the_whole_documented_time():
+    fake = FakeClock()
+    out = pc.wait_for_fabric(fake.poller([('In Progress', None)]), fake.sleep, fake.clock, 120, 10,
+                             show=fake.lines.append, host='gpu-node-01')
+    # 12 delays of 10 s: polls at 10, 20, ... 120 s (the check before the wait was the poll at 0)
+    assert fake.polls == [float(t) for t in range(10, 121, 10)]
+    assert out == {'waited_s': 120, 'rounds': 12, 'registered': 0, 'total': 8, 'complete': False, 'error': None}
+    assert fake.lines[0] == 'gpu-node-01 - fabric registration 0 of 8 GPUs after 10s of 120s'
+    assert fake.lines[-1] == 'gpu-node-01 - fabric registration 0 of 8 GPUs after 120s of 120s'
+    assert len(fake.lines) == 12
+
+
+def test_fabric_wait_stops_when_registration_completes():
+    fake = FakeClock()
+    poll = fake.poller([('In Progress', None), ('Completed', 'Success')])
+    out = pc.wait_for_fabric(poll, fake.sleep, fake.clock, 120, 10, show=fake.lines.append, host='h')
+    assert out['complete'] and out['rounds'] == 2 and out['waited_s'] == 20 and out['registered'] == 8
+    assert fake.lines == ['h - fabric registration 0 of 8 GPUs after 10s of 120s',
+                          'h - fabric registration 8 of 8 GPUs after 20s of 120s, done']
+
+
+def test_fabric_wait_with_slow_polls_still_polls_at_the_end():
+    fake = FakeClock(poll_takes=2.5)
+    out = pc.wait_for_fabric(fake.poller([('In Progress', None)]), fake.sleep, fake.clock, 4, 2)
+    assert fake.polls == [2.0, 4.5]
+    assert out['waited_s'] == 4 and out['rounds'] == 2
+
+
+def test_fabric_wait_not_a_multiple_of_the_poll_interval():
+    fake = FakeClock(poll_takes=0)
+    pc.wait_for_fabric(fake.poller([('In Progress', None)]), fake.sleep, fake.clock, 25, 10)
+    assert fake.polls == [10.0, 20.0, 25.0]
+
+
+def test_fabric_wait_stops_when_nvidia_smi_fails():
+    fake = FakeClock()
+    lines = []
+
+    def poll():
+        return None, 'nvidia-smi failed: No devices were found'
+    out = pc.wait_for_fabric(poll, fake.sleep, fake.clock, 120, 10, show=lines.append, host='h')
+    assert out['rounds'] == 1 and out['error'] == 'nvidia-smi failed: No devices were found'
+    assert lines == ['h - fabric wait stopped after 10s: nvidia-smi failed: No devices were found']
+
+
+def test_fabric_wait_delay_schedule():
+    assert pc.fabric_wait_delay(0, 0.0, 120, 10) == 10
+    assert pc.fabric_wait_delay(10.0, 10.3, 120, 10) == pytest.approx(9.7)
+    assert pc.fabric_wait_delay(110.0, 111.0, 120, 10) == pytest.approx(9.0)
+    assert pc.fabric_wait_delay(120.0, 120.2, 120, 10) is None
+    assert pc.fabric_wait_delay(0, 0.0, 0, 10) is None
+
+
+def test_fabric_progress_counts_registered_gpus():
+    gpu = make_gpu(fabric=('In Progress', None))
+    gpu['gpus'][0].update(fabric_state='Completed', fabric_status='Success')
+    assert pc.fabric_progress(gpu) == {'registered': 1, 'total': 8, 'pending': True}
+    assert pc.fabric_progress(None) == {'registered': 0, 'total': 0, 'pending': False}

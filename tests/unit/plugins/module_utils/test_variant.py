@@ -319,3 +319,53 @@ def test_deep_merge():
     merged = vt.deep_merge(base, {'a': {'c': [3]}, 'e': None})
     assert merged == {'a': {'b': 1, 'c': [3]}, 'd': 1, 'e': None}
     assert base == {'a': {'b': 1, 'c': [1, 2]}, 'd': 1}
+
+
+# --------------------------------------------------------------------------
+# structured refusals: which preflight check each reason belongs to
+# --------------------------------------------------------------------------
+
+def refusals(gpu, model, tp, table, **kwargs):
+    with pytest.raises(vt.VariantRefused) as err:
+        select(gpu, model, tp, table, **kwargs)
+    assert [r['reason'] for r in err.value.refusals] == err.value.reasons
+    return err.value.refusals
+
+
+def test_refusal_splits_a_reason_into_message_and_remedy():
+    ref = vt.refusal('gpu.count', 'web-01', 'web-01: found 7 GPU(s); need 8. Remedy: use a host with 8 GPUs.')
+    assert ref == {'check': 'gpu.count', 'message': 'found 7 GPU(s); need 8', 'remedy': 'use a host with 8 GPUs',
+                   'reason': 'web-01: found 7 GPU(s); need 8. Remedy: use a host with 8 GPUs.'}
+
+
+def test_every_refusal_names_its_check(table):
+    rows = h200_rows(7)
+    rows[3]['mig.mode.current'] = 'Enabled'
+    for row in rows:
+        row['driver_version'] = '550.90.07'
+    refs = refusals(facts_from_rows(rows), BIG, 8, table)
+    assert [r['check'] for r in refs] == ['gpu.count', 'gpu.mig', 'driver.version']
+    for ref in refs:
+        assert ref['check'] in vt.REFUSAL_CHECKS
+        assert ref['message'] and ref['remedy'] and 'Remedy' not in ref['message'], ref
+        assert not ref['message'].startswith('gpu-node-01')
+    assert refs[2]['remedy'] == 'upgrade the NVIDIA driver (and fabric manager, same version) to 580.65.06 or newer'
+
+
+def test_memory_refusal_has_its_own_check_and_no_overrides_advice(table):
+    refs = refusals(facts_from_rows(public_rows('h100-80gb-hbm3')), BIG, 8, table)
+    assert [r['check'] for r in refs] == ['gpu.memory']
+    assert refs[0]['message'] == ('the 8 GPU(s) of the tensor parallel group have 652472 MiB (637.2 GiB) in total; '
+                                  'thinkingmachines/Inkling-NVFP4 (entry sm90-patched) needs at least 666624 MiB '
+                                  '(651.0 GiB)')
+    assert refs[0]['remedy'] == 'use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model'
+
+
+def test_table_reasons_stay_with_the_variant_check(table):
+    gpu = facts_from_rows(h200_rows(8))
+    gpu['compute_caps'] = ['8.0']
+    assert [r['check'] for r in refusals(gpu, BIG, 8, table)] == ['variant']
+    assert [r['check'] for r in refusals(facts_from_rows(h200_rows(8)), 'someone/Other-Model', 8, table)] == \
+        ['variant']
+    no_gpu = {'gpu_count': 0, 'gpus': [], 'compute_caps': [], 'driver_version': None}
+    assert [r['check'] for r in refusals(no_gpu, BIG, 8, table)] == ['gpu.count']

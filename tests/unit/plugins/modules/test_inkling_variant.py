@@ -30,6 +30,9 @@ def test_refusal_fails_with_every_reason(tmp_path):
     assert len(result['reasons']) == 2
     assert result['msg'].startswith('refused (2 reason(s)): gpu-node-01: ')
     assert 'variant' not in result
+    # the same reasons, each with the preflight check it belongs to
+    assert [r['check'] for r in result['refusals']] == ['gpu.count', 'gpu.memory']
+    assert [r['reason'] for r in result['refusals']] == result['reasons']
 
 
 def test_table_error(tmp_path):
