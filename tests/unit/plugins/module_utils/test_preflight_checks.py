@@ -362,6 +362,20 @@ def test_persistence_ecc_and_remapping_reported_together():
     assert report['fixable'] == ['persistence']
 
 
+def test_a_single_uncorrected_ecc_error_fails_the_host():
+    """One uncorrected (volatile) ECC error is enough: the threshold is above 0, not above 1."""
+    gpu = make_gpu()
+    gpu['gpus'][6]['ecc_errors_uncorrected_volatile'] = 1
+    report = run(gpu=gpu)
+    assert not report['ok']
+    assert failed(report) == {'gpu.ecc': 'uncorrected ECC errors on GPU 6 (1)'}
+    check = [c for c in report['checks'] if c['check'] == 'gpu.ecc'][0]
+    assert check['found'] == 'GPU 6: 1'
+    # ECC counters that are unsupported (None) or zero are no failure.
+    gpu['gpus'][6]['ecc_errors_uncorrected_volatile'] = None
+    assert run(gpu=gpu)['ok']
+
+
 # --------------------------------------------------------------------------
 # F6: podman 5.5.1 reads only /etc/cdi
 # --------------------------------------------------------------------------
