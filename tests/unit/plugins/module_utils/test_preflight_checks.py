@@ -15,6 +15,7 @@ __metaclass__ = type
 import copy
 
 import pytest
+import yaml
 
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 
@@ -458,7 +459,6 @@ def test_f7_stale_spec_is_reported_with_versions_and_missing_paths():
 
 
 def test_f7_line_reader_agrees_with_yaml():
-    yaml = pytest.importorskip('yaml')
     assert pc.parse_cdi_spec(STALE_SPEC, 'x', yaml.safe_load) == pc.parse_cdi_spec(STALE_SPEC, 'x')
 
 
@@ -496,7 +496,6 @@ def test_cdi_spec_as_nvidia_ctk_writes_it():
     assert spec['kind'] == 'nvidia.com/gpu'
     assert spec['devices'] == ['0', 'GPU-11111111-2222-3333-4444-555555555501', 'all']
     assert spec['host_paths'] == ['/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04']
-    yaml = pytest.importorskip('yaml')
     assert pc.parse_cdi_spec(CTK_SPEC, '/etc/cdi/nvidia.yaml', yaml.safe_load) == spec
 
 
