@@ -120,7 +120,15 @@ def test_healthy_hgx_h200_passes():
 def test_every_failure_has_found_expected_and_remedy():
     report = run(gpu=make_gpu(count=7, fabric=('In Progress', None), mig_mode_current=True),
                  facts=host_facts(cdi_specs=[], podman={'found': False}, shm_bytes=64 * 1024 ** 2))
-    assert len(report['failures']) >= 5
+    assert [f['check'] for f in report['failures']] == [
+        'gpu.count', 'gpu.mig', 'fabric.state', 'podman.version', 'cdi.spec', 'host.shm']
+    msgs = failed(report)
+    assert msgs['gpu.count'] == 'expected 8 GPUs for tensor_parallel_size=8, found 7'
+    assert msgs['gpu.mig'].startswith('MIG enabled on GPU 0 (current=Enabled, pending=Disabled), GPU 1 ')
+    assert msgs['fabric.state'] == ('fabric registration not complete on 7/7 GPUs after 0s (State=In Progress); '
+                                    'CUDA will fail with error 802 (system not yet initialized)')
+    assert msgs['host.shm'] == ('tensor_parallel_size=8 with --ipc=host but host /dev/shm is 64 MiB; '
+                                'NCCL needs >= 1024 MiB')
     for fail in report['failures']:
         assert fail['remedy'], fail
         assert fail['found'] is not None and fail['expected'] is not None
