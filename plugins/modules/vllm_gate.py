@@ -73,6 +73,8 @@ options:
     description:
       - C(NRestarts) of the unit before the restart that this gate follows. When omitted, the
         value read at the first poll is used.
+      - Read it after C(systemctl reset-failed), which sets the counter back to 0: a value read
+        before it is stale, and would hide restarts until the old count is exceeded.
     type: int
   api_key:
     description: Bearer token for the server when it was started with an API key.
