@@ -9,6 +9,10 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 py_version=${ANSIBLE_TEST_PYTHON:-3.11}
 
+# ansible-test only warns and skips its shellcheck test when the program is missing.
+command -v shellcheck >/dev/null ||
+  { echo "sanity: shellcheck is not installed (Debian package shellcheck; scripts/setup.sh installs it)" >&2; exit 1; }
+
 cache=$HOME/.ansible/test/cache
 pip_version=$(.venv/bin/python - <<'PY'
 import re, ansible_test, os

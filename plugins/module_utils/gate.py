@@ -20,7 +20,10 @@ engine is built; see docs/rollout.md):
   entered ``failed``: failure at once;
 * ``/health`` 200 and ``/v1/models`` 200 listing the served model name, then
   (optionally) one short completion answered within the latency budget: ready;
-* a 5xx from ``/health`` after it had answered 200: failure (engine died).
+* a 5xx from ``/health`` after it had answered 200: failure (engine died);
+* any other answer from ``/v1/models`` or the completion than 200 or 502/503/504
+  (a 500, a 401 for a wrong API key, a 404), or no completion answer within the
+  latency budget: failure at once, since waiting would not change it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -179,8 +182,10 @@ class GateObserver(object):
                     self.phase = 'models_ok'
                 else:
                     self.message = '/v1/models lists %s, not %s yet' % (ids or 'no model', self.served_model_name)
-            elif obs.models_status >= 500 and obs.models_status not in STARTING_HTTP:
-                return self._fail('/v1/models answered %d' % obs.models_status)
+            elif obs.models_status not in STARTING_HTTP:
+                # 500, or a 4xx such as 401 (wrong API key) or 404: waiting will not change it.
+                return self._fail('/v1/models answered HTTP %d (expected 200 listing %s)'
+                                  % (obs.models_status, self.served_model_name))
 
         if self.phase == 'models_ok':
             if not self.completion:
@@ -198,6 +203,10 @@ class GateObserver(object):
                     return READY
                 if obs.completion_status not in STARTING_HTTP:
                     return self._fail('completion answered HTTP %s' % obs.completion_status)
+            elif obs.completion_latency is not None and obs.completion_latency > self.latency_budget_s:
+                # No answer at all (the request timed out): over the budget as surely as a slow answer.
+                return self._fail('no completion answer within %.1f s, over the latency budget of %.1f s'
+                                  % (obs.completion_latency, self.latency_budget_s))
 
         if obs.elapsed >= self.timeout_s:
             where = {

@@ -22,6 +22,9 @@ description:
   - The gate fails at once when the unit restarts (its C(NRestarts) goes above the value it had
     when the gate began), enters the C(failed) state or goes inactive, or when C(/health) answers
     a 5xx after it had answered 200 (vLLM answers 503 after C(EngineDeadError)).
+  - It also fails at once when C(/v1/models) or the completion answers anything other than 200
+    or 502/503/504 (a 500, a 401 for a wrong O(api_key), a 404), or when the completion is not
+    answered within O(latency_budget_s), since waiting would not change these.
   - Ready means C(/health) answered 200, C(/v1/models) answered 200 with O(served_model_name)
     among C(data[].id), and, when O(completion=true), one short completion was answered within
     O(latency_budget_s).
@@ -70,6 +73,8 @@ options:
     description:
       - C(NRestarts) of the unit before the restart that this gate follows. When omitted, the
         value read at the first poll is used.
+      - Read it after C(systemctl reset-failed), which sets the counter back to 0. A value read
+        before it is stale, and would hide restarts until the old count is exceeded.
     type: int
   api_key:
     description: Bearer token for the server when it was started with an API key.

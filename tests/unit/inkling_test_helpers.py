@@ -5,11 +5,13 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
+import pytest
 import yaml
 
 from ansible_collections.inkling.fleet.plugins.module_utils import nvidia_smi
@@ -22,6 +24,18 @@ CAPTURE = os.path.join(FIXTURES, 'h200-2gpu-driver580')
 VARIANTS_YML = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
 STANDIN = os.path.join(REPO, 'lab', 'nvidia-smi', 'nvidia-smi')
 PROFILES = os.path.join(REPO, 'lab', 'nvidia-smi', 'profiles')
+
+
+# Under CI (CI=true, as CI systems set it) a missing program fails the tests that need it:
+# scripts/setup.sh installs every one, and a silent skip would hide that it did not.
+ON_CI = os.environ.get('CI', '').lower() == 'true'
+
+
+def needs_program(name):
+    """skipif marker: skip when NAME is not on PATH, except under CI=true where the tests run (and fail)."""
+    return pytest.mark.skipif(shutil.which(name) is None and not ON_CI,
+                              reason='%s is not installed (scripts/setup.sh installs it; under CI=true this fails)'
+                                     % name)
 
 
 def read(path):

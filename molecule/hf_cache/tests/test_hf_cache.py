@@ -5,11 +5,19 @@
 import json
 import os
 
-import pytest
+import testinfra
 import testinfra.utils.ansible_runner
+import yaml
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(
     os.environ['MOLECULE_INVENTORY_FILE']).get_hosts('inkling_fleet')
+
+# The role's own paths, so that a rename there cannot turn a check of absence into a no-op.
+with open(os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'hf_cache', 'vars', 'main.yml')) as _f:
+    ROLE_VARS = yaml.safe_load(_f)
+RSYNCD_CONF = ROLE_VARS['__hf_cache_rsyncd_conf']
+PEER_RUNDIR = ROLE_VARS['__hf_cache_peer_rundir']
+RSYNCD_UNIT = ROLE_VARS['__hf_cache_rsyncd_unit']
 
 with open(os.path.join(os.environ['MOLECULE_EPHEMERAL_DIRECTORY'], 'hf-test.json')) as _f:
     HUB = json.load(_f)
@@ -74,9 +82,15 @@ def test_peer_snapshot(host):
     check_snapshot(host, '/srv/peer/hub')
 
 
-def test_resumed_snapshot(host):
-    if host.backend.get_hostname() != 'mol-hf-02':
-        pytest.skip('the resume case runs on mol-hf-02')
+def _platform(name):
+    """The scenario's host NAME; an error (not a skip) when the scenario has no such platform."""
+    assert name in testinfra_hosts, 'platform %s is missing from the scenario (it has %s)' % (name, testinfra_hosts)
+    return testinfra.get_host('ansible://' + name, ansible_inventory=os.environ['MOLECULE_INVENTORY_FILE'])
+
+
+def test_resumed_snapshot():
+    """side_effect.yml interrupts and resumes a download on mol-hf-02."""
+    host = _platform('mol-hf-02')
     check_snapshot(host, '/srv/resume/hub')
     progress = json.loads(host.file('/srv/resume/hub/%s/.inkling/%s.progress.json' % (FOLDER, COMMIT)).content_string)
     assert progress['state'] == 'done' and progress['bytes_resumed'] == 1048576
@@ -93,9 +107,15 @@ def test_venv_has_pinned_huggingface_hub(host):
 
 
 def test_no_rsync_daemon_left(host):
-    assert not host.service('inkling-hf-rsyncd').is_running
+    assert RSYNCD_CONF == '/run/inkling-hf-rsyncd.conf' and PEER_RUNDIR == '/run/inkling-hf-cache'
+    # The daemon did run on this host (every host seeds or serves at least once in the scenario) ...
+    journal = host.check_output('journalctl --no-pager -o cat -u %s.service', RSYNCD_UNIT)
+    assert 'Started %s.service' % RSYNCD_UNIT in journal
+    # ... and is gone, with its configuration and the copy jobs' state.
+    assert not host.service(RSYNCD_UNIT).is_running
     assert host.run('pgrep -x rsync').rc != 0
-    assert not host.file('/run/inkling-hf-cache/rsyncd.conf').exists
+    assert not host.file(RSYNCD_CONF).exists
+    assert not host.file(PEER_RUNDIR).exists
 
 
 def test_huggingface_hub_reads_it_offline(host):

@@ -10,6 +10,8 @@ import json
 import os
 
 import pytest
+import testinfra
+import testinfra.utils.ansible_runner
 
 REGISTRY = "mol-img-registry:5000"
 REPO = REGISTRY + "/inkling/stub"
@@ -22,6 +24,26 @@ def digests():
     path = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "digests.json")
     with open(path) as handle:
         return json.load(handle)
+
+
+def _platform(name):
+    """The scenario's host NAME; an error (not a skip) when the scenario has no such platform."""
+    inventory = os.environ["MOLECULE_INVENTORY_FILE"]
+    names = testinfra.utils.ansible_runner.AnsibleRunner(inventory).get_hosts("all")
+    assert name in names, "platform %s is missing from the scenario (it has %s)" % (name, sorted(names))
+    return testinfra.get_host("ansible://" + name, ansible_inventory=inventory)
+
+
+@pytest.fixture(scope="module")
+def online():
+    """mol-img-01: pulls from the scenario's registry."""
+    return _platform("mol-img-01")
+
+
+@pytest.fixture(scope="module")
+def airgapped():
+    """mol-img-02: no network; loads an OCI archive."""
+    return _platform("mol-img-02")
 
 
 def _podman(host, *args):
@@ -46,9 +68,8 @@ def _json(host, path):
     return json.loads(f.content_string)
 
 
-def test_online_record_pins_the_resolved_tag(host, digests):
-    if host.backend.get_hostname() != "mol-img-01":
-        pytest.skip("online host only")
+def test_online_record_pins_the_resolved_tag(online, digests):
+    host = online
     record = _json(host, RECORD)
     assert record["reference"] == REPO + ":4"
     assert record["digest"] == digests["stub:4"]
@@ -66,9 +87,8 @@ def test_online_record_pins_the_resolved_tag(host, digests):
     }
 
 
-def test_online_keeps_current_previous_and_in_use(host, digests):
-    if host.backend.get_hostname() != "mol-img-01":
-        pytest.skip("online host only")
+def test_online_keeps_current_previous_and_in_use(online, digests):
+    host = online
     images = _images(host)
     assert _has_digest(images, digests["stub:4"]), "current image missing"
     assert _has_digest(images, digests["stub:3"]), "rollback image pruned"
@@ -80,9 +100,8 @@ def test_online_keeps_current_previous_and_in_use(host, digests):
     assert _podman(host, "image", "exists", REPO + "@" + digests["stub:4"]).rc == 0
 
 
-def test_online_auth_file_root_only(host):
-    if host.backend.get_hostname() != "mol-img-01":
-        pytest.skip("online host only")
+def test_online_auth_file_root_only(online):
+    host = online
     f = host.file(AUTH_FILE)
     assert f.is_file
     assert f.user == "root" and f.group == "root"
@@ -96,15 +115,13 @@ def test_online_auth_file_root_only(host):
     assert out.rc == 0, out.stderr
 
 
-def test_online_no_mirror_dropin(host):
-    if host.backend.get_hostname() != "mol-img-01":
-        pytest.skip("online host only")
+def test_online_no_mirror_dropin(online):
+    host = online
     assert not host.file("/etc/containers/registries.conf.d/50-inkling-mirror.conf").exists
 
 
-def test_airgapped_loaded_archive_by_digest(host, digests):
-    if host.backend.get_hostname() != "mol-img-02":
-        pytest.skip("air-gapped host only")
+def test_airgapped_loaded_archive_by_digest(airgapped, digests):
+    host = airgapped
     # No registry reachable from this host at all.
     assert _podman(host, "pull", REPO + ":4").rc != 0
     record = _json(host, RECORD)

@@ -4,6 +4,7 @@ State after converge + idempotence + check + side_effect: the unit runs the stan
 from the converge inputs.
 """
 import json
+import os
 import time
 
 import pytest
@@ -127,3 +128,15 @@ def test_graceful_stop_drains(host, ready):
     finally:
         host.check_output("systemctl start %s" % UNIT)
         _wait_http(host, "/health")
+
+
+def test_lab_platform_settings(host):
+    """What lab/playbooks/prepare-hosts.yml gives every lab host (once checked on `lab/lab.sh up` hosts only)."""
+    assert json.loads(host.check_output("podman info --format json"))["store"]["graphDriverName"] == "vfs"
+    ca = os.path.join(os.path.dirname(__file__), "..", "..", "..", "lab", ".state", "pki", "ca.crt")
+    with open(ca) as handle:
+        # (the ansible backend drops the file's final newline)
+        want = handle.read().strip()
+    assert host.file("/etc/containers/certs.d/lab-registry:5000/ca.crt").content_string.strip() == want
+    # Names resolve on the lab network.
+    assert host.run("getent hosts lab-registry").rc == 0

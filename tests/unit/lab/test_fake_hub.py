@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-huggingface_hub = pytest.importorskip('huggingface_hub')
-from huggingface_hub import errors as hf_errors  # noqa: E402  pylint: disable=wrong-import-position
+import huggingface_hub
+from huggingface_hub import errors as hf_errors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))

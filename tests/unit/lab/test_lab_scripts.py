@@ -2,8 +2,10 @@
 # Apache License 2.0 (see LICENSE)
 """Tests of the lab's own glue: lab/lab.sh, lab/scripts/*.sh, inventory/lab/.
 
-The fast tests need bash, openssl and the project's virtualenv (ansible); the ones at the
-end look at a running lab and are skipped unless `lab/lab.sh up` has been run.
+They need bash, openssl and the project's virtualenv (ansible), as scripts/setup.sh installs
+them; a committed file that is missing is a failure, not a skip. The running lab's shared
+services are checked by tests/lab (after `lab/lab.sh up --services-only`), the lab's host
+platform by the molecule scenarios (lab/playbooks/prepare-hosts.yml asserts it).
 """
 
 import json
@@ -12,8 +14,9 @@ import shutil
 import stat
 import subprocess
 
-import pytest
 import yaml
+
+from inkling_test_helpers import needs_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -61,8 +64,6 @@ def test_inventory_groups_and_gpu_profiles():
     for group, profile in want.items():
         assert load_yaml('inventory', 'lab', 'group_vars', group + '.yml')['lab_gpu_profile'] == profile
     profiles = os.path.join(LAB, 'nvidia-smi', 'profiles')
-    if not os.path.isdir(profiles):
-        pytest.skip('lab/nvidia-smi/profiles not present')
     for profile in want.values():
         assert os.path.isfile(os.path.join(profiles, profile + '.json'))
 
@@ -70,8 +71,6 @@ def test_inventory_groups_and_gpu_profiles():
 def test_every_variant_runs_the_standin_in_the_lab():
     """A variant missing from the overrides would make the lab pull a real multi-GB image."""
     table_file = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
-    if not os.path.isfile(table_file):
-        pytest.skip('roles/preflight variant table not present')
     with open(table_file, encoding='utf-8') as f:
         table = yaml.safe_load(f)['preflight_variant_table']
     overrides = load_yaml('inventory', 'lab', 'group_vars', 'all', 'lab.yml')['preflight_variant_overrides']
@@ -94,7 +93,7 @@ def openssl(*args):
     return subprocess.run(['openssl'] + list(args), check=True, capture_output=True, text=True).stdout
 
 
-@pytest.mark.skipif(shutil.which('openssl') is None, reason='openssl not installed')
+@needs_program('openssl')
 def test_pki_makes_a_ca_and_a_registry_certificate_once(tmp_path):
     env = dict(ENV, LAB_STATE=str(tmp_path))
     subprocess.run([os.path.join(LAB, 'scripts', 'pki.sh')], env=env, check=True, capture_output=True)
@@ -134,7 +133,6 @@ def resolve_overrides(inventory_dir, out):
         env=ENV, cwd=REPO, capture_output=True, text=True, check=False)
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(VENV_BIN, 'ansible')), reason='no .venv with ansible')
 def test_generated_values_feed_the_variant_overrides(tmp_path):
     inv = tmp_path / 'lab'
     shutil.copytree(INVENTORY, inv, ignore=shutil.ignore_patterns('generated.yml'))
@@ -162,49 +160,8 @@ def test_generated_values_feed_the_variant_overrides(tmp_path):
         assert override['model'] == {'revision': 'c' * 40, 'size_bytes': 4205586}, name
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(VENV_BIN, 'ansible-playbook')), reason='no .venv with ansible')
 def test_prepare_playbook_syntax():
     res = subprocess.run([os.path.join(VENV_BIN, 'ansible-playbook'), '--syntax-check', '-i', INVENTORY,
                           os.path.join(LAB, 'playbooks', 'prepare-hosts.yml')],
                          env=ENV, cwd=REPO, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
-
-
-# --- A running lab (after `lab/lab.sh up`) ------------------------------------------------
-
-def lab_running():
-    if shutil.which('podman') is None:
-        return False
-    res = subprocess.run(['podman', 'container', 'inspect', '--format', '{{.State.Running}}', 'lab-h200-01'],
-                         env=ENV, capture_output=True, text=True, check=False)
-    return res.stdout.strip() == 'true'
-
-
-needs_lab = pytest.mark.skipif(not lab_running(), reason='the lab is not up (lab/lab.sh up)')
-
-
-def host_exec(host, *cmd):
-    return subprocess.run(['podman', 'exec', host] + list(cmd), env=ENV, capture_output=True, text=True,
-                          check=False)
-
-
-@needs_lab
-def test_running_lab_hosts_have_the_lab_platform_settings():
-    for host in inventory_hosts('inkling_fleet'):
-        assert host_exec(host, 'hostname').stdout.strip() == host
-        assert host_exec(host, 'podman', 'info', '--format', '{{.Store.GraphDriverName}}').stdout.strip() == 'vfs'
-        assert host_exec(host, 'test', '-s', '/etc/containers/certs.d/lab-registry:5000/ca.crt').returncode == 0
-        # Names resolve on the lab network.
-        assert host_exec(host, 'getent', 'hosts', 'lab-registry').returncode == 0
-
-
-@needs_lab
-def test_running_lab_registry_requires_credentials():
-    ca = os.path.join(LAB, '.state', 'pki', 'ca.crt')
-    url = 'https://lab-registry:5000/v2/'
-    assert host_exec('lab-h200-01', 'curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', url).stdout == '401'
-    settings = load_yaml('inventory', 'lab', 'group_vars', 'all', 'lab.yml')
-    creds = '%s:%s' % (settings['lab_registry_username'], settings['lab_registry_password'])
-    res = host_exec('lab-h200-01', 'curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-u', creds, url)
-    assert res.stdout == '200'
-    assert os.path.isfile(ca)

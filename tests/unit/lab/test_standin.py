@@ -300,6 +300,20 @@ def test_fault_crash_on_start(hub, tmp_path):
     assert 'Engine core initialization failed' in s.stop()[1]
 
 
+def test_fault_crash_once(hub, tmp_path):
+    """The first start crashes and leaves a marker in VLLM_CACHE_ROOT; the next start serves."""
+    s = Server(hub, tmp_path, env={'STANDIN_FAULT': 'crash_once'})
+    assert s.proc.wait(timeout=10) == 1
+    assert 'Engine core initialization failed' in s.stop()[1]
+    assert (tmp_path / 'vllm-cache' / 'standin-crashed-once').exists()
+    s = Server(hub, tmp_path, env={'STANDIN_FAULT': 'crash_once'})
+    try:
+        assert s.wait_open()
+        assert s.get('/health')[0] == 200
+    finally:
+        s.stop()
+
+
 def test_fault_exit_after_start(server):
     s = server(env={'STANDIN_FAULT': 'exit_after_start', 'STANDIN_FAULT_AFTER_S': '0.5'})
     assert s.wait_open()

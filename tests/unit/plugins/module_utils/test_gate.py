@@ -86,6 +86,59 @@ def test_completion_required_and_latency_budget():
     assert 'latency budget' in slow.message
 
 
+def _health_ok(gate, completion_models=True):
+    """Bring a gate to the phase where /v1/models is probed (and, with completion_models, passed)."""
+    assert gate.observe(Observation(1, active_state='active', n_restarts=0, health_status=200)) == CONTINUE
+    assert gate.phase == 'health_ok'
+    if completion_models:
+        assert gate.observe(Observation(2, active_state='active', n_restarts=0, health_status=200,
+                                        models_status=200, models_body=_models(MODEL))) == CONTINUE
+        assert gate.phase == 'models_ok'
+
+
+def test_models_error_fails_at_once_not_at_the_deadline():
+    """A 500 (or a 401 for a wrong API key, a 404) from /v1/models fails at once; 502/503/504 wait."""
+    for status in (500, 501, 401, 404):
+        gate = GateObserver(MODEL, timeout_s=3600, completion=False)
+        _health_ok(gate, completion_models=False)
+        assert gate.observe(Observation(3, active_state='active', n_restarts=0, health_status=200,
+                                        models_status=status)) == FAILED, status
+        assert gate.phase == 'failed'
+        assert gate.message == '/v1/models answered HTTP %d (expected 200 listing big-moe-975b)' % status
+    for status in (None, 502, 503, 504):
+        gate = GateObserver(MODEL, timeout_s=3600, completion=False)
+        _health_ok(gate, completion_models=False)
+        assert gate.observe(Observation(3, active_state='active', n_restarts=0, health_status=200,
+                                        models_status=status)) == CONTINUE, status
+        assert gate.observe(Observation(4, active_state='active', n_restarts=0, health_status=200,
+                                        models_status=200, models_body=_models(MODEL))) == READY
+
+
+def test_completion_error_fails_at_once_not_at_the_deadline():
+    for status in (500, 400, 404):
+        gate = GateObserver(MODEL, timeout_s=3600, completion=True, latency_budget_s=30)
+        _health_ok(gate)
+        assert gate.wants() == {'health': True, 'models': True, 'completion': True}
+        assert gate.observe(Observation(3, active_state='active', n_restarts=0, health_status=200,
+                                        completion_status=status, completion_latency=0.1)) == FAILED, status
+        assert gate.message == 'completion answered HTTP %d' % status
+    # No answer within the budget (the request timed out after budget + 1 s): over the budget.
+    gate = GateObserver(MODEL, timeout_s=3600, completion=True, latency_budget_s=30)
+    _health_ok(gate)
+    assert gate.observe(Observation(35, active_state='active', n_restarts=0, health_status=200,
+                                    completion_status=None, completion_latency=31.0)) == FAILED
+    assert gate.message == 'no completion answer within 31.0 s, over the latency budget of 30.0 s'
+    # Refused at once or 503 while the engine warms up: keep polling, then ready.
+    gate = GateObserver(MODEL, timeout_s=3600, completion=True, latency_budget_s=30)
+    _health_ok(gate)
+    assert gate.observe(Observation(3, active_state='active', n_restarts=0, health_status=200,
+                                    completion_status=None, completion_latency=0.01)) == CONTINUE
+    assert gate.observe(Observation(4, active_state='active', n_restarts=0, health_status=200,
+                                    completion_status=503, completion_latency=0.01)) == CONTINUE
+    assert gate.observe(Observation(5, active_state='active', n_restarts=0, health_status=200,
+                                    completion_status=200, completion_latency=0.5)) == READY
+
+
 def test_deadline_names_the_phase_reached():
     gate = GateObserver(MODEL, timeout_s=60, completion=False)
     assert gate.observe(Observation(30, active_state='active', health_status=None)) == CONTINUE

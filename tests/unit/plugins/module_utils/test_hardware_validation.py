@@ -4,9 +4,10 @@
 """Regression tests from the real 2x H200 run (docs/hardware-validation.md).
 
 The facts below were returned by inkling.fleet.nvidia_gpu_info on a real host
-(playbooks/hardware-validation.yml, 2026-11-29; UUIDs replaced). Re-running the variant
-selection on them offline must give what the real run gave, and the raw CSV nvidia-smi
-printed there must parse to the same facts.
+(playbooks/hardware-validation.yml, 2026-11-29; UUIDs replaced). What nvidia-smi printed on
+that host (raw.txt, and the same host's capture in fixtures/nvidia-smi/h200-2gpu-driver580)
+is replayed through the module's own collection code: it must give the recorded facts, and
+the variant selection on those facts what the real run gave.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +20,7 @@ import os
 import pytest
 
 from ansible_collections.inkling.fleet.plugins.module_utils import nvidia_smi, variant
-from inkling_test_helpers import default_table
+from inkling_test_helpers import FakeSmi, capture_rows, capture_text, default_table
 
 RUN = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'hardware-validation',
                    'h200-x2-driver580-2026-11-29')
@@ -35,6 +36,56 @@ def _raw_section(title):
         text = f.read()
     section = text.split('### ' + title + '\n', 1)[1]
     return section.split('\nrc=', 1)[0]
+
+
+class ReplaySmi(FakeSmi):
+    """nvidia-smi answering what it printed on the real host (raw.txt), the rest from its capture."""
+
+    def __call__(self, argv, timeout):
+        if argv[1:] == ['--version']:
+            self.calls.append(list(argv))
+            return 0, _raw_section('nvidia-smi --version') + '\n', ''
+        return super(ReplaySmi, self).__call__(argv, timeout)
+
+
+def _replayed_facts():
+    csv = _raw_section('nvidia-smi --query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,'
+                       'fabric.cliqueId,mig.mode.current,mig.mode.pending,remapped_rows.pending,'
+                       'remapped_rows.failure,ecc.mode.current,ecc.errors.uncorrected.volatile.total,'
+                       'persistence_mode,compute_cap,gpu_recovery_action --format=csv').splitlines()
+    header = [h.strip() for h in csv[0].split(',')]
+    rows = capture_rows()
+    assert len(rows) == len(csv) - 1 == 2
+    for row, line in zip(rows, csv[1:]):
+        row.update(zip(header, [v.strip() for v in line.split(',')]))
+    # lspci was not installed there (rc=1 in raw.txt); nvlink -s is in raw.txt only as its first lines.
+    smi = ReplaySmi(rows, nvlink_text=capture_text('nvlink.txt'), topo_text=_raw_section('nvidia-smi topo -m'),
+                    lspci_text=None)
+    return nvidia_smi.collect('nvidia-smi', runner=smi, lspci='lspci')
+
+
+def test_replayed_capture_gives_the_recorded_facts():
+    facts, warnings = _replayed_facts()
+    assert facts == _run()['nvidia_gpu_info']['nvidia_gpu']
+    assert warnings == ['`lspci -d 10de:` failed (rc=1); nvswitch_count is null']
+
+
+def test_selection_on_replayed_facts_matches_the_real_run():
+    """Parse + select, offline, end to end: the variant and the refusal the real run recorded."""
+    real = _run()
+    facts, dummy = _replayed_facts()
+    table, schema = default_table()
+    chosen, reasons = variant.select_variant(facts, real['cases'][0]['model'], real['cases'][0]['tensor_parallel_size'],
+                                             table, host='localhost', schema_version=schema)
+    assert chosen['name'] == real['cases'][0]['variant']['name']
+    assert reasons == real['cases'][0]['reasons']
+    refused = real['cases'][1]
+    with pytest.raises(variant.VariantRefused) as exc:
+        variant.select_variant(facts, refused['model'], refused['tensor_parallel_size'], table, host='localhost',
+                               schema_version=schema)
+    assert refused['outcome'] == 'refused'
+    assert exc.value.reasons == refused['reasons']
+    assert str(exc.value) == refused['msg']
 
 
 def test_real_facts_are_a_2x_h200_hopper_host():

@@ -110,6 +110,28 @@ def test_f10_index_names_a_shard_that_does_not_resolve(tmp_path):
     assert [p.path for p in idx] == ['model-00002-of-00003.safetensors']
 
 
+def test_f10_index_names_an_empty_shard(tmp_path):
+    """A shard the index names that is 0 bytes (and says so to the hub) is refused all the same."""
+    files = model_files(shards=3)
+    files['model-00003-of-00003.safetensors'] = b''
+    _cache, rdir, entries = make_tree(tmp_path, files)
+    assert hc.inspect(rdir, COMMIT, entries, want_hash='all')['problems'] == []  # sizes and hashes agree
+    idx = hc.check_index(rdir, COMMIT, entries)
+    assert [(p.path, p.kind, p.detail) for p in idx] == [
+        ('model-00003-of-00003.safetensors', 'index',
+         'shard named in %s does not resolve to a non-empty file' % hc.SAFETENSORS_INDEX)]
+
+
+def test_f10_index_names_a_shard_outside_the_staged_set(tmp_path):
+    files = model_files(shards=2)
+    files[hc.SAFETENSORS_INDEX] = json.dumps({'weight_map': {
+        'a': 'model-00001-of-00002.safetensors', 'b': 'model-00002-of-00002.safetensors',
+        'c': 'model-00009-of-00009.safetensors'}}).encode()
+    _cache, rdir, entries = make_tree(tmp_path, files)
+    assert [(p.path, p.detail) for p in hc.check_index(rdir, COMMIT, entries)] == [
+        ('model-00009-of-00009.safetensors', 'named in %s but not part of the staged file set' % hc.SAFETENSORS_INDEX)]
+
+
 def test_f10_dereferenced_copy_and_absolute_links_are_found_and_fixed(tmp_path):
     _cache, rdir, entries = make_tree(tmp_path, model_files())
     cfg = [e for e in entries if e.path == 'config.json'][0]
@@ -201,6 +223,21 @@ def test_quick_verify_reads_no_content_unless_stat_changed(tmp_path, monkeypatch
     res = hc.quick_verify(rdir, COMMIT, loaded)
     assert calls == [bp]
     assert kinds(res['problems']) == [(shard.path, 'blob_hash')]
+
+
+@pytest.mark.parametrize('key,value', [('version', hc.MANIFEST_VERSION + 1), ('version', None),
+                                       ('revision', 'f' * 40), ('revision', None)])
+def test_manifest_of_another_version_or_revision_is_not_trusted(tmp_path, key, value):
+    """A manifest written by another format version, or for another revision, is not used to skip hashing."""
+    _cache, rdir, entries = make_tree(tmp_path, model_files())
+    stats = hc.inspect(rdir, COMMIT, entries, want_hash='all')['stats']
+    man = hc.build_manifest(REPO, COMMIT, 'main', entries, stats, None, None)
+    hc.write_json_atomic(hc.manifest_path(rdir, COMMIT), man)
+    hc.write_marker(rdir, COMMIT)
+    assert hc.load_manifest(rdir, COMMIT) == man
+    man[key] = value
+    hc.write_json_atomic(hc.manifest_path(rdir, COMMIT), man)
+    assert hc.load_manifest(rdir, COMMIT) is None
 
 
 def test_entries_from_siblings_and_patterns():

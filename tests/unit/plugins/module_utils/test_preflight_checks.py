@@ -15,6 +15,7 @@ __metaclass__ = type
 import copy
 
 import pytest
+import yaml
 
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 
@@ -119,7 +120,15 @@ def test_healthy_hgx_h200_passes():
 def test_every_failure_has_found_expected_and_remedy():
     report = run(gpu=make_gpu(count=7, fabric=('In Progress', None), mig_mode_current=True),
                  facts=host_facts(cdi_specs=[], podman={'found': False}, shm_bytes=64 * 1024 ** 2))
-    assert len(report['failures']) >= 5
+    assert [f['check'] for f in report['failures']] == [
+        'gpu.count', 'gpu.mig', 'fabric.state', 'podman.version', 'cdi.spec', 'host.shm']
+    msgs = failed(report)
+    assert msgs['gpu.count'] == 'expected 8 GPUs for tensor_parallel_size=8, found 7'
+    assert msgs['gpu.mig'].startswith('MIG enabled on GPU 0 (current=Enabled, pending=Disabled), GPU 1 ')
+    assert msgs['fabric.state'] == ('fabric registration not complete on 7/7 GPUs after 0s (State=In Progress); '
+                                    'CUDA will fail with error 802 (system not yet initialized)')
+    assert msgs['host.shm'] == ('tensor_parallel_size=8 with --ipc=host but host /dev/shm is 64 MiB; '
+                                'NCCL needs >= 1024 MiB')
     for fail in report['failures']:
         assert fail['remedy'], fail
         assert fail['found'] is not None and fail['expected'] is not None
@@ -371,6 +380,20 @@ def test_persistence_ecc_and_remapping_reported_together():
     assert report['fixable'] == ['persistence']
 
 
+def test_a_single_uncorrected_ecc_error_fails_the_host():
+    """One uncorrected (volatile) ECC error is enough: the threshold is above 0, not above 1."""
+    gpu = make_gpu()
+    gpu['gpus'][6]['ecc_errors_uncorrected_volatile'] = 1
+    report = run(gpu=gpu)
+    assert not report['ok']
+    assert failed(report) == {'gpu.ecc': 'uncorrected ECC errors on GPU 6 (1)'}
+    check = [c for c in report['checks'] if c['check'] == 'gpu.ecc'][0]
+    assert check['found'] == 'GPU 6: 1'
+    # ECC counters that are unsupported (None) or zero are no failure.
+    gpu['gpus'][6]['ecc_errors_uncorrected_volatile'] = None
+    assert run(gpu=gpu)['ok']
+
+
 # --------------------------------------------------------------------------
 # F6: podman 5.5.1 reads only /etc/cdi
 # --------------------------------------------------------------------------
@@ -457,7 +480,6 @@ def test_f7_stale_spec_is_reported_with_versions_and_missing_paths():
 
 
 def test_f7_line_reader_agrees_with_yaml():
-    yaml = pytest.importorskip('yaml')
     assert pc.parse_cdi_spec(STALE_SPEC, 'x', yaml.safe_load) == pc.parse_cdi_spec(STALE_SPEC, 'x')
 
 
@@ -495,7 +517,6 @@ def test_cdi_spec_as_nvidia_ctk_writes_it():
     assert spec['kind'] == 'nvidia.com/gpu'
     assert spec['devices'] == ['0', 'GPU-11111111-2222-3333-4444-555555555501', 'all']
     assert spec['host_paths'] == ['/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04']
-    yaml = pytest.importorskip('yaml')
     assert pc.parse_cdi_spec(CTK_SPEC, '/etc/cdi/nvidia.yaml', yaml.safe_load) == spec
 
 

@@ -249,6 +249,23 @@ def test_f14_min_timeout_start():
     assert errors == ['TimeoutStartSec 600 s is below the required 3600 s (F14)']
 
 
+def test_f14_timeout_start_0_is_infinite():
+    """systemd.service(5): TimeoutStartSec=0 disables the timeout, like "infinity"."""
+    for timeout in ('0', 'infinity'):
+        text = F14_BAD.replace('Notify=healthy', 'Notify=healthy\nPull=never') + 'TimeoutStartSec=%s\n' % timeout
+        assert lint(text, model_params_b=None, min_timeout_start_s=3600) == [], timeout
+        assert lint(_f15('Environment=VLLM_ENGINE_READY_TIMEOUT_S=3600', timeout=timeout),
+                    min_timeout_start_s=3600) == [], timeout
+    # A short but non-zero timeout is still caught by all three checks.
+    text = F14_BAD.replace('Notify=healthy', 'Notify=healthy\nPull=never') + 'TimeoutStartSec=1\n'
+    assert lint(text, model_params_b=None, min_timeout_start_s=3600) == [
+        'TimeoutStartSec 1 s is below the required 3600 s (F14)',
+        'HealthStartPeriod 3600 s exceeds effective TimeoutStartSec (1 s) (F14)']
+    assert lint(_f15('Environment=VLLM_ENGINE_READY_TIMEOUT_S=3600', timeout='1')) == [
+        'TimeoutStartSec 1 s is below VLLM_ENGINE_READY_TIMEOUT_S=3600: systemd would kill the '
+        'start before vLLM gives up (F14/F15)']
+
+
 # --- F15: VLLM_ENGINE_READY_TIMEOUT_S -----------------------------------------------
 
 def _f15(env_line='', timeout='7200'):

@@ -43,31 +43,38 @@ def test_shipped_table_is_valid_and_versioned():
         assert all(not a.startswith(('--port', '--host', '--model', '--served-model-name')) for a in entry['vllm_args'])
 
 
-def test_8x_h200_gets_the_patched_hopper_image(table):
+def _entry(table, name):
+    """What selecting NAME must publish: the table's entry as written, with its name, without `enabled`."""
+    entry = dict(copy.deepcopy(table[name]), name=name)
+    entry.pop('enabled', None)
+    return entry
+
+
+def test_8x_h200_gets_the_patched_hopper_entry_verbatim(table):
+    """Selection picks the entry by model, capability and TP, and publishes it unchanged."""
     variant, reasons = select(facts_from_rows(h200_rows(8)), BIG, 8, table)
-    assert variant['name'] == 'sm90-patched'
-    assert variant['image'] == {'reference': 'quay.io/vllm/automation-vllm:cuda-29455473553', 'digest': None}
+    assert variant == _entry(table, 'sm90-patched')
+    assert reasons[0] == ('gpu-node-01: 8 GPU(s), compute capability 9.0, driver 580.159.04; entry sm90-patched '
+                          'matches model %s, compute capability 9.0 and tensor parallel size 8' % BIG)
+    assert any('disabled entries not considered: sm90-upstream' in r for r in reasons)
+    # The entry's own TP argument is the one asked for (a table edit that breaks this is a table error).
     args = variant['vllm_args']
     assert args[args.index('--tensor-parallel-size') + 1] == '8'
-    assert args[args.index('--max-model-len') + 1] == '8192'
-    assert args[args.index('--gpu-memory-utilization') + 1] == '0.90'
-    kernel_config = args[args.index('--kernel-config') + 1]
-    assert '"enable_cutedsl_warmup": false' in kernel_config
-    assert variant['env'] == {'VLLM_USE_V2_MODEL_RUNNER': '1', 'FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED': '1'}
-    assert variant['served_model_name'] == 'inkling'
-    assert variant['model']['min_total_gpu_memory_mib'] == 651 * 1024
-    assert 'enabled' not in variant
-    assert any('sm90-patched matches' in r for r in reasons)
-    assert any('disabled entries not considered: sm90-upstream' in r for r in reasons)
 
 
-def test_8x_b200_gets_sm100_with_the_cubin_mount(table):
-    variant, unused1 = select(facts_from_rows(public_rows('b200')), BIG, 8, table)
-    assert variant['name'] == 'sm100'
+def test_selection_follows_the_table_not_fixed_values(table):
+    """Changing an entry's settings changes what is published; nothing is hard-coded in the selection."""
+    edited = copy.deepcopy(table)
+    edited['sm90-patched']['env'] = {'SOME_SETTING': 'x'}
+    edited['sm90-patched']['image'] = {'reference': 'registry.example.com/vllm/vllm-openai:v9', 'digest': None}
+    variant, dummy = select(facts_from_rows(h200_rows(8)), BIG, 8, edited)
+    assert variant == _entry(edited, 'sm90-patched')
+
+
+def test_8x_b200_gets_the_blackwell_entry_verbatim(table):
+    variant, dummy = select(facts_from_rows(public_rows('b200')), BIG, 8, table)
+    assert variant == _entry(table, 'sm100')
     assert variant['architecture'] == 'blackwell'
-    assert variant['mounts'] == [{'source': '/var/lib/inkling/flashinfer-cubins', 'target': '/opt/flashinfer/cubins',
-                                  'options': 'ro'}]
-    assert variant['env']['FLASHINFER_CUBIN_DIR'] == '/opt/flashinfer/cubins'
 
 
 def test_real_2x_h200_with_inkling_small_tp2(table):

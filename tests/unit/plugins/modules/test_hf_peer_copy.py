@@ -6,7 +6,6 @@ and hf_download from the lab's hub test double."""
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -17,7 +16,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from inkling_test_helpers import run_module
+from inkling_test_helpers import needs_program, run_module
 import test_hf_snapshot
 from test_hf_snapshot import REPO_ID, SHARD, stage
 
@@ -25,7 +24,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as h
 
 hub = test_hf_snapshot.hub   # the module-scoped hub double fixture, shared
 
-pytestmark = pytest.mark.skipif(shutil.which('rsync') is None, reason='rsync is not installed')
+pytestmark = needs_program('rsync')
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))

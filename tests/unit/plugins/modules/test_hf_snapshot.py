@@ -12,9 +12,7 @@ import pytest
 
 from inkling_test_helpers import run_module
 
-pytest.importorskip('huggingface_hub')
-
-from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc  # noqa: E402
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))

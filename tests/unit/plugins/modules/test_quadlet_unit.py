@@ -105,7 +105,12 @@ def test_check_mode_changes_nothing_but_still_checks(env):
     assert rc == 0 and res['changed']
     assert not os.path.exists(env['qdir'])
     rc, res = run(env, check_mode=True, quadlet_options=['Bogus=1'])
-    assert rc == 1 and 'Bogus' in res['msg']
+    assert rc == 1 and not res['changed']
+    assert res['msg'].startswith(
+        'unit quadlet for inkling-vllm not installed (the running unit is untouched): quadlet on podman 5.4.2 '
+        'rejected inkling-vllm.container: converting "inkling-vllm.container": unsupported key \'Bogus\' in group '
+        '\'Container\' in ')
+    assert not os.path.exists(env['qdir'])
 
 
 def test_bad_key_refused_before_the_installed_unit_is_touched(env):
@@ -123,11 +128,16 @@ def test_bad_key_refused_before_the_installed_unit_is_touched(env):
 
 def test_lint_failure_names_the_field_failure(env):
     rc, res = run(env, podman_args=[], env={'HF_HUB_CACHE': '/hub'})
-    assert rc == 1
-    text = ' '.join(res['errors'])
-    assert 'tensor_parallel_size=8' in text  # F8
-    assert 'HF_HUB_OFFLINE=1' in text  # F9
-    assert 'VLLM_ENGINE_READY_TIMEOUT_S unset for a 975B model' in text  # F15
+    assert rc == 1 and not res['changed']
+    assert res['errors'] == [
+        'tensor_parallel_size=8 but container /dev/shm left at default (64m); add --ipc=host '
+        '(PodmanArgs=--ipc=host) or shm size >= 16g (NCCL shared-memory segments, F8)',
+        'read-only hub cache /hub requires HF_HUB_OFFLINE=1 (else huggingface_hub writes into it: '
+        '[Errno 30] Read-only file system, F9)',
+        'VLLM_ENGINE_READY_TIMEOUT_S unset for a 975B model; vLLM will abort at 600 s '
+        '(TimeoutError: Timed out waiting for engines, F15)']
+    assert res['msg'] == ('unit quadlet for inkling-vllm not installed (the running unit is untouched): '
+                          + '; '.join(res['errors']))
     assert not os.path.exists(env['qdir'])
 
 
