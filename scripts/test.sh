@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All of inkling.fleet's tests, from a fresh Debian 12 machine, as root: set-up (apt,
 # pip), lint (yamllint, ansible-lint production profile), ansible-test sanity, pytest
-# unit tests, the built collection installed and used from outside the repository (and
+# unit tests and the lab's own tests (tests/lab, against this checkout's lab services), the built collection installed and used from outside the repository (and
 # its execution environment definition), the README's set-up on a pristine Debian 12
 # root filesystem, and the molecule scenarios on the lab (podman, systemd containers).
 # Each step runs even when an earlier one failed; the exit status is non-zero if any
@@ -63,6 +63,7 @@ rm -f "$fresh_log"
 lab_was_up=false
 [ "$(podman container inspect --format '{{.State.Running}}' lab-registry 2>/dev/null)" = true ] && lab_was_up=true
 step lab-services bash lab/lab.sh up --services-only
+step lab-tests pytest -q -rs tests/lab
 for s in $scenarios; do
   step "molecule:$s" molecule test -s "$s"
 done
