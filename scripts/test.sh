@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # All of inkling.fleet's tests, from a fresh Debian 12 machine, as root: set-up (apt,
 # pip), lint (yamllint, ansible-lint production profile), ansible-test sanity, pytest
-# unit tests and the lab's own tests (tests/lab, against this checkout's lab services), the built collection installed and used from outside the repository (and
+# unit tests, the built collection installed and used from outside the repository (and
 # its execution environment definition), the README's set-up on a pristine Debian 12
-# root filesystem, and the molecule scenarios on the lab (podman, systemd containers).
+# root filesystem, the lab's own tests (tests/lab, against this checkout's lab services)
+# and the molecule scenarios on the lab (podman, systemd containers).
 # Each step runs even when an earlier one failed; the exit status is non-zero if any
 # failed. The end shows each step's time and a line counting steps passed and failed.
 #
