@@ -124,7 +124,8 @@ def test_every_failure_has_found_expected_and_remedy():
         'gpu.count', 'gpu.mig', 'fabric.state', 'podman.version', 'cdi.spec', 'host.shm']
     msgs = failed(report)
     assert msgs['gpu.count'] == 'expected 8 GPUs for tensor_parallel_size=8, found 7'
-    assert msgs['gpu.mig'].startswith('MIG enabled on GPU 0 (current=Enabled, pending=Disabled), GPU 1 ')
+    assert msgs['gpu.mig'] == ('MIG enabled on GPU 0, 1, 2, 3, 4, 5, 6 until the next GPU reset or reboot, '
+                               'which disables it; vLLM TP=8 needs whole GPUs')
     assert msgs['fabric.state'] == ('fabric registration not complete on 7/7 GPUs after 0s (State=In Progress); '
                                     'CUDA will fail with error 802 (system not yet initialized)')
     assert msgs['host.shm'] == ('tensor_parallel_size=8 with --ipc=host but host /dev/shm is 64 MiB; '
