@@ -3,8 +3,8 @@
 #
 # A Debian 12 root filesystem made with debootstrap (minbase: not even python3 or
 # podman) is cached under $FRESH_CACHE, keyed by what it is made of. Each run copies it,
-# puts this checkout's files in /root/inkling-fleet (what a clone holds: tracked and
-# untracked-not-ignored files, no .venv, no lab state), and runs as root inside it, as
+# clones this checkout to /root/inkling-fleet (what a new user has: the committed tree,
+# no .venv, no lab state), and runs as root inside it, as
 # the root of namespaces of its own (mount, PID, network through slirp4netns, so apt and
 # PyPI are reached but nothing of this machine's podman, networks or containers is seen):
 #   1. scripts/setup.sh, exactly as README's commands run it;
@@ -82,11 +82,9 @@ if chroot "$root" /bin/sh -c 'command -v podman || command -v python3' >/dev/nul
   die "the cached root filesystem is not pristine (podman or python3 found); remove $pristine"
 fi
 dest=$root/root/inkling-fleet
-mkdir -p "$dest"
-git ls-files -z --cached --others --exclude-standard |
-  while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-  tar --null -T - -c | tar -C "$dest" -x
-log "checkout copied to /root/inkling-fleet ($(du -sh "$dest" | cut -f1))"
+# A clone, as a new user has it (committed work only: commit before a run by hand).
+git clone -q --no-hardlinks "$top" "$dest"
+log "clone of $(git rev-parse --short HEAD) in /root/inkling-fleet ($(du -sh --exclude=.git "$dest" | cut -f1) and .git)"
 echo "nameserver 10.0.2.3" > "$root/etc/resolv.conf"   # slirp4netns's DNS forwarder
 # This machine's way out, which is network configuration and no package: the local CA
 # certificates (an egress proxy may re-sign TLS with one; the ca-certificates package
