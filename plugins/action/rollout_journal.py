@@ -1,0 +1,179 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Action plugin of inkling.fleet.rollout_journal: the rollout's journal on the controller.
+
+Runs entirely on the controller (whatever host the task is for). Reads the journal, applies
+one decision of ``plugins/module_utils/rollout.py`` and writes it back, under an exclusive
+lock, because the hosts of a batch call it at the same time from Ansible's worker processes.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import datetime
+import fcntl
+import json
+import os
+import tempfile
+import time
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
+
+ARGUMENT_SPEC = dict(
+    action=dict(type='str', required=True, choices=['open', 'record', 'admit', 'close', 'read']),
+    report_dir=dict(type='path', required=True),
+    host=dict(type='str'),
+    hosts=dict(type='list', elements='str', default=[]),
+    contract_var=dict(type='str', default='inkling_deployment'),
+    failure_var=dict(type='str', default='__rollout_preflight_failure'),
+    min_healthy=dict(type='int', default=1),
+    max_failed=dict(type='int', default=0),
+    phase=dict(type='str'),
+    data=dict(type='dict', default={}),
+    aborted_reason=dict(type='str'),
+)
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+
+def _write(path, text):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.tmp-')
+    with os.fdopen(fd, 'w') as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, path)
+
+
+class JournalError(Exception):
+    pass
+
+
+def _read(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise JournalError(str(e))
+    if not isinstance(data, dict):
+        raise JournalError('it holds JSON that is not an object')
+    return data
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        check_mode = bool(self._task.check_mode)
+        base = args['report_dir']
+        directory = os.path.join(base, 'preview') if check_mode else base
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        path = os.path.join(directory, 'journal.json')
+        host = args['host'] or task_vars.get('inventory_hostname')
+        with open(os.path.join(directory, '.journal.lock'), 'w') as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                journal = _read(path)
+            except JournalError as e:
+                result.update(failed=True, msg=(
+                    '%s is not a rollout journal (a JSON object): %s. It was left untouched. Remedy: move it aside '
+                    '(it may hold the records of an interrupted rollout) and run again to start a new rollout.'
+                    % (path, e)))
+                return result
+            try:
+                out = getattr(self, '_do_' + args['action'])(journal, args, host, task_vars, path, directory,
+                                                             check_mode)
+            except engine.TransitionError as e:
+                result.update(failed=True, msg='rollout journal: %s' % e)
+                return result
+        result.update(out)
+        result['changed'] = False
+        result['journal_path'] = path
+        return result
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def _do_open(self, journal, args, host, task_vars, path, directory, check_mode):
+        hostvars = task_vars.get('hostvars', {})
+        outcomes = {}
+        for name in args['hosts']:
+            hv = hostvars[name] if name in hostvars else {}
+            contract = hv.get(args['contract_var']) if hasattr(hv, 'get') else None
+            failure = hv.get(args['failure_var']) if hasattr(hv, 'get') else None
+            if failure:
+                outcomes[name] = {'failed': str(failure.get('message', failure) if isinstance(failure, dict)
+                                                else failure),
+                                  'failures': failure.get('failures', []) if isinstance(failure, dict) else []}
+            elif contract:
+                outcomes[name] = {'contract': dict(contract)}
+            else:
+                outcomes[name] = {}
+        run_id = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')
+        suffix = 1
+        while os.path.exists(os.path.join(directory, 'rollout-%s.json' % run_id)) or \
+                (journal and journal.get('id') == run_id):
+            suffix += 1
+            run_id = '%s-%d' % (run_id.split('-')[0], suffix)
+        new, abandoned, notice = engine.open_run(journal, outcomes, run_id, _now(), check_mode=check_mode,
+                                                 min_healthy=args['min_healthy'], max_failed=args['max_failed'])
+        if abandoned:
+            self._write_reports(abandoned, directory)
+        _write(path, json.dumps(new, indent=2, sort_keys=True) + '\n')
+        return {'id': new['id'], 'resumed': len(new['runs']) > 1, 'abandoned': abandoned['id'] if abandoned else None,
+                'msg': notice + ' (journal %s)' % path, 'halted': new['halted'], 'halt_reason': new['halt_reason']}
+
+    def _do_record(self, journal, args, host, task_vars, path, directory, check_mode):
+        if journal is None:
+            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
+        data = dict(args['data'])
+        if args['phase'] == 'restarting':
+            data.setdefault('t_stop', time.time())
+        if args['phase'] in ('serving_new', 'rolled_back'):
+            data.setdefault('t_ready', time.time())
+        rec = engine.record(journal, host, args['phase'], _now(), data)
+        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase'])}
+
+    def _do_admit(self, journal, args, host, task_vars, path, directory, check_mode):
+        if journal is None:
+            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
+        admitted, announce = engine.admit(journal, host, args['max_failed'], _now())
+        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        return {'admitted': admitted, 'announce': announce, 'halted': journal.get('halted', False),
+                'halt_reason': journal.get('halt_reason', ''), 'phase': journal['hosts'][host].get('phase')}
+
+    def _do_read(self, journal, args, host, task_vars, path, directory, check_mode):
+        return {'journal': journal or {}}
+
+    def _do_close(self, journal, args, host, task_vars, path, directory, check_mode):
+        if journal is None:
+            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
+        if journal.get('status') == 'running':
+            engine.close_run(journal, _now(), aborted_reason=args['aborted_reason'])
+        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        report = self._write_reports(journal, directory)
+        return {'status': journal['status'], 'id': journal['id'], 'report': report,
+                'summary': engine.summary_lines(journal), 'failed_hosts': journal.get('failed_hosts', []),
+                'rollout_failed': journal['status'] != 'completed', 'halt_reason': journal.get('halt_reason', ''),
+                'abort_reason': journal.get('abort_reason', '')}
+
+    @staticmethod
+    def _write_reports(journal, directory):
+        prefix = 'preview' if journal.get('check_mode') else 'rollout'
+        base = os.path.join(directory, '%s-%s' % (prefix, journal['id']))
+        _write(base + '.json', json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(base + '.md', engine.render_markdown(journal))
+        return base + '.md'

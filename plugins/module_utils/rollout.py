@@ -1,0 +1,442 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The rollout's controller-side decisions, as pure functions over a journal (a dict).
+
+The journal is the rollout's memory on the controller (``<rollout_report_dir>/journal.json``):
+which run this is, which hosts it acts on, every phase each host went through with its time,
+every restart and rollback with the host's unavailability, and whether the rollout halted.
+The action plugin ``inkling.fleet.rollout_journal`` reads and writes it under a lock; every
+decision is made here and unit-tested (tests/unit/plugins/module_utils/test_rollout.py):
+
+* ``open_run``: start a run, or resume an interrupted one when it targets the same deployment
+  (same fingerprint), or close an interrupted one as abandoned and start anew;
+* ``record``: one phase transition of one host, checked against ``TRANSITIONS``;
+* ``admit``: may this host still be touched? (the failure budget, checked before every host);
+* ``close_run``: the run's final status, and the report (JSON and Markdown) and summary lines.
+
+The per-host state machine (docs/rollout.md, "Phases of a host")::
+
+    (open) -> pending | excluded
+    pending -> staged | stage_failed | not_reached
+    staged -> unchanged | would_restart | not_reached | unit_refused | recheck_failed | trial_failed
+              | draining
+    draining -> drain_failed | restarting          (restarting: the old server is stopped)
+    restarting -> serving_new | rolling_back
+    serving_new -> done | undrain_failed
+    rolling_back -> rolled_back | rollback_failed | removed
+
+Terminal phases are the keys of ``TERMINAL``. Failed phases count against the failure budget.
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import copy
+import hashlib
+import json
+
+JOURNAL_VERSION = 2
+
+TRANSITIONS = {
+    None: ('pending', 'excluded'),
+    'pending': ('staged', 'stage_failed', 'not_reached'),
+    'staged': ('unchanged', 'would_restart', 'not_reached', 'unit_refused', 'recheck_failed', 'trial_failed',
+               'draining'),
+    'draining': ('drain_failed', 'restarting'),
+    'restarting': ('serving_new', 'rolling_back'),
+    'serving_new': ('done', 'undrain_failed'),
+    'rolling_back': ('rolled_back', 'rollback_failed', 'removed'),
+}
+
+# Terminal phase -> (failed?, what the host serves afterwards, in words).
+TERMINAL = {
+    'excluded': (True, 'set aside by preflight, not touched'),
+    'stage_failed': (True, 'staging failed, not restarted: serving its current version'),
+    'not_reached': (False, 'not reached: serving its current version'),
+    'unit_refused': (True, 'unit refused, not restarted: serving its current version'),
+    'recheck_failed': (True, 'failed its re-check before the drain, not stopped: serving its current version'),
+    'trial_failed': (True, 'the new image failed its trial before the drain, not stopped: serving its current version'),
+    'unchanged': (False, 'unchanged: already serving the target'),
+    'would_restart': (False, 'would restart (check mode: nothing was changed)'),
+    'drain_failed': (True, 'drain failed, not stopped: serving its current version'),
+    'done': (False, 'restarted: serving the new version'),
+    'undrain_failed': (True, 'serving the new version, but NOT undrained'),
+    'rolled_back': (True, 'rolled back: serving its previous version'),
+    'rollback_failed': (True, 'rollback failed: NOT serving'),
+    'interrupted': (True, 'interrupted mid-way by an earlier run and not part of this one: check the host'),
+    'removed': (True, 'first deployment taken back: the new unit was removed, not serving'),
+}
+
+FAILED = frozenset(p for p, (failed, _words) in TERMINAL.items() if failed)
+
+# Remedies the report gives for phases that need an operator.
+REMEDIES = {
+    'undrain_failed': ('the host passed its gates and serves the new version; put it back into the load '
+                       'balancer by hand (or fix the undrain hook and run the undrain command), it was not '
+                       'rolled back'),
+    'drain_failed': 'fix the drain hook (rollout_drain_command / rollout_drain_url) and run the rollout again',
+    'rollback_failed': ('the host serves nothing: read `journalctl -u inkling-vllm` on it, fix the cause and run '
+                        'the rollout again'),
+}
+
+# Keys of a deployment contract that name what is deployed (the fingerprint's input).
+FINGERPRINT_KEYS = ('variant', 'image', 'image_digest', 'revision', 'served_model_name', 'vllm_args', 'env')
+
+
+class TransitionError(ValueError):
+    """A phase change the state machine does not allow (a bug in the playbook's sequence)."""
+
+
+def fingerprint(contracts):
+    """What the run deploys, independent of host names and order: a sha256 over the distinct
+    targets (variant, image and digest, revision, arguments) of the hosts' contracts."""
+    targets = set()
+    for contract in (contracts or {}).values():
+        if not contract:
+            continue
+        targets.add(json.dumps(dict((k, contract.get(k)) for k in FINGERPRINT_KEYS), sort_keys=True))
+    return hashlib.sha256('\n'.join(sorted(targets)).encode('utf-8')).hexdigest()
+
+
+def _event(record, run, phase, now, message=None):
+    event = {'t': now, 'run': run, 'phase': phase}
+    if message:
+        event['message'] = message
+    record.setdefault('events', []).append(event)
+
+
+def new_journal(run_id, now, check_mode, fp):
+    return {'version': JOURNAL_VERSION, 'id': run_id, 'started': now, 'status': 'running', 'check_mode': check_mode,
+            'fingerprint': fp, 'runs': [{'run': 1, 'started': now}], 'hosts': {}, 'halted': False,
+            'halt_reason': '', 'notices': []}
+
+
+def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, max_failed=0):
+    """Start or resume a run once preflight has been run on every host.
+
+    ``previous``: the journal found on disk (or None). ``outcomes``: host -> {'contract': {...}}
+    for a host that passed preflight, or {'failed': 'message'} for one that did not (an empty
+    dict: the host never reported, e.g. unreachable). Returns (journal, abandoned, notice):
+    ``abandoned`` is the previous journal closed as abandoned (to be archived) or None.
+    """
+    contracts = dict((h, o.get('contract')) for h, o in outcomes.items() if o.get('contract'))
+    fp = fingerprint(contracts)
+    abandoned = None
+    if previous and previous.get('status') == 'running' and previous.get('fingerprint') == fp \
+            and bool(previous.get('check_mode')) == bool(check_mode):
+        journal = copy.deepcopy(previous)
+        run = len(journal.get('runs', [])) + 1
+        journal.setdefault('runs', []).append({'run': run, 'started': now})
+        notice = 'Resuming interrupted rollout %s (run %d of it): same deployment (fingerprint %s)' % (
+            journal['id'], run, fp[:12])
+        for host, rec in journal['hosts'].items():
+            phase = rec.get('phase')
+            if phase not in TERMINAL and phase is not None:
+                _event(rec, run - 1, 'interrupted', previous.get('updated', now),
+                       'the run stopped while this host was %s' % phase)
+                for restart in rec.get('restarts', []):
+                    if restart.get('t_ready') is None and not restart.get('interrupted'):
+                        restart['interrupted'] = True
+                if host not in outcomes:
+                    rec['phase'] = 'interrupted'
+                    rec['message'] = 'the run stopped while this host was %s; this run does not include it' % phase
+            if host in outcomes:
+                rec['phase'] = None
+    else:
+        if previous and previous.get('status') == 'running':
+            abandoned = copy.deepcopy(previous)
+            abandoned['status'] = 'abandoned'
+            abandoned['finished'] = now
+            abandoned['halt_reason'] = ('interrupted, and run %s targets another deployment (fingerprint %s, not %s)'
+                                        % (run_id, fp[:12], str(previous.get('fingerprint', ''))[:12]))
+            notice = ('Interrupted rollout %s targeted another deployment: closed as abandoned; starting rollout %s'
+                      % (previous.get('id'), run_id))
+        else:
+            notice = 'Starting rollout %s' % run_id
+        journal = new_journal(run_id, now, check_mode, fp)
+        run = 1
+        if abandoned:
+            journal['notices'].append(notice)
+    journal['updated'] = now
+    for host in sorted(outcomes):
+        outcome = outcomes[host]
+        rec = journal['hosts'].setdefault(host, {'events': [], 'restarts': []})
+        if outcome.get('contract'):
+            rec['target'] = outcome['contract']
+            _set_phase(rec, 'pending', run, now)
+        else:
+            rec['message'] = outcome.get('failed') or 'no preflight result (host unreachable or the run stopped)'
+            rec['failures'] = outcome.get('failures', [])
+            _set_phase(rec, 'excluded', run, now, rec['message'])
+    healthy = sorted(h for h, o in outcomes.items() if o.get('contract'))
+    if len(healthy) < int(min_healthy):
+        _halt(journal, 'only %d of %d hosts passed preflight (%s failed); rollout_min_healthy_hosts is %d. Nothing '
+              'was changed. Fix the failed hosts (see their preflight reports) or lower rollout_min_healthy_hosts'
+              % (len(healthy), len(outcomes), ', '.join(sorted(set(outcomes) - set(healthy))) or 'none',
+                 int(min_healthy)))
+    else:
+        check_budget(journal, max_failed)
+    return journal, abandoned, notice
+
+
+def _set_phase(rec, phase, run, now, message=None):
+    rec['phase'] = phase
+    _event(rec, run, phase, now, message)
+
+
+def current_run(journal):
+    return len(journal.get('runs', [])) or 1
+
+
+def failed_hosts(journal):
+    return sorted(h for h, r in journal.get('hosts', {}).items() if r.get('phase') in FAILED)
+
+
+def _halt(journal, reason):
+    journal['halted'] = True
+    journal['halt_reason'] = reason
+
+
+def check_budget(journal, max_failed):
+    """Halt the rollout when more hosts failed than the budget allows. Returns True when
+    the budget is spent (the rollout is halted)."""
+    failed = failed_hosts(journal)
+    if not journal.get('halted') and len(failed) > int(max_failed):
+        _halt(journal, '%d host(s) failed (%s), over the fleet-wide budget of %d'
+              % (len(failed), ', '.join(failed), int(max_failed)))
+    return bool(journal.get('halted'))
+
+
+def record(journal, host, phase, now, data=None):
+    """One transition of one host. ``data`` may carry: message, before, after, gate, trial,
+    t_stop / t_ready (epoch seconds, for restarts and rollbacks)."""
+    data = dict(data or {})
+    hosts = journal.setdefault('hosts', {})
+    if host not in hosts:
+        raise TransitionError('%s is not part of rollout %s' % (host, journal.get('id')))
+    rec = hosts[host]
+    old = rec.get('phase')
+    if phase not in TRANSITIONS.get(old, ()):
+        raise TransitionError('%s: %s -> %s is not a transition of the rollout (allowed from %s: %s)'
+                              % (host, old, phase, old, ', '.join(TRANSITIONS.get(old, ())) or 'none'))
+    run = current_run(journal)
+    message = data.pop('message', None)
+    for key in ('before', 'after', 'gate', 'trial', 'staged'):
+        if key in data:
+            rec[key] = data.pop(key)
+    if phase == 'restarting':
+        rec.setdefault('restarts', []).append({'run': run, 'kind': 'restart', 't_stop': data.get('t_stop', None),
+                                               't_ready': None, 'unavailable_s': None})
+    elif phase in ('serving_new', 'rolled_back'):
+        _close_restart(rec, data.get('t_ready'), rolled_back=(phase == 'rolled_back'))
+    elif phase in ('rollback_failed', 'removed'):
+        _close_restart(rec, None, rolled_back=False, failed=True)
+    if message:
+        rec['message'] = message
+    elif phase in FAILED or phase == 'rolling_back':
+        rec.setdefault('message', '')
+    if phase in REMEDIES:
+        rec['remedy'] = REMEDIES[phase]
+    _set_phase(rec, phase, run, now, message)
+    journal['updated'] = now
+    return rec
+
+
+def _close_restart(rec, t_ready, rolled_back, failed=False):
+    restarts = rec.get('restarts') or []
+    if not restarts or restarts[-1].get('t_ready') is not None:
+        return
+    last = restarts[-1]
+    if rolled_back:
+        last['rolled_back'] = True
+    if failed:
+        last['not_back'] = True
+        return
+    if t_ready is not None and last.get('t_stop') is not None:
+        last['t_ready'] = t_ready
+        last['unavailable_s'] = round(float(t_ready) - float(last['t_stop']), 1)
+
+
+def admit(journal, host, max_failed, now):
+    """May ``host`` be touched now? Checked before every host of every batch (and before
+    staging). A spent budget marks the host not reached. Returns (admitted, announce):
+    ``announce`` is True once per run, for the host that first finds the rollout halted."""
+    rec = journal.get('hosts', {}).get(host)
+    if rec is None:
+        raise TransitionError('%s is not part of rollout %s' % (host, journal.get('id')))
+    if rec.get('phase') in TERMINAL:
+        return False, False
+    if check_budget(journal, max_failed):
+        record(journal, host, 'not_reached', now, {'message': 'not reached: ' + journal['halt_reason']})
+        announce = not journal.get('halt_announced')
+        journal['halt_announced'] = True
+        return False, announce
+    return True, False
+
+
+def close_run(journal, now, aborted_reason=None):
+    """Close the run: hosts left in a non-terminal phase were stopped by something outside
+    the rollout's control (an unreachable host, a playbook stopped early) and are listed as
+    such. Returns the journal with its final status."""
+    run = current_run(journal)
+    left = []
+    for host, rec in sorted(journal.get('hosts', {}).items()):
+        phase = rec.get('phase')
+        if phase in TERMINAL:
+            continue
+        if journal.get('halted') and phase in ('pending', 'staged'):
+            record(journal, host, 'not_reached', now, {'message': 'not reached: ' + journal['halt_reason']})
+            continue
+        left.append('%s (%s)' % (host, phase))
+        _event(rec, run, 'aborted', now, 'the run ended while this host was %s' % phase)
+        rec['message'] = 'the run ended while this host was %s' % phase
+    if aborted_reason or left:
+        journal['status'] = 'aborted'
+        journal['abort_reason'] = '; '.join(filter(None, [aborted_reason, left and 'hosts left mid-way: '
+                                                          + ', '.join(left) or None]))
+    elif journal.get('halted'):
+        journal['status'] = 'halted'
+    elif failed_hosts(journal):
+        journal['status'] = 'completed with failures'
+    else:
+        journal['status'] = 'completed'
+    journal['finished'] = now
+    journal['failed_hosts'] = failed_hosts(journal)
+    journal['runs'][-1]['finished'] = now
+    return journal
+
+
+def host_view(rec):
+    """The report's view of one host: phase, what it serves, and totals over every run of
+    this rollout (restarts, rollbacks, unavailability)."""
+    phase = rec.get('phase')
+    failed, words = TERMINAL.get(phase, (False, 'left mid-way (%s)' % phase))
+    restarts = rec.get('restarts', [])
+    down = [r['unavailable_s'] for r in restarts if r.get('unavailable_s') is not None]
+    serving = rec.get('after') if phase in ('done', 'undrain_failed', 'serving_new') else rec.get('before')
+    if phase in ('unchanged', 'would_restart') and not serving:
+        serving = rec.get('after')
+    return {
+        'phase': phase, 'failed': failed, 'state': words,
+        'restarts': len([r for r in restarts if r.get('kind') == 'restart']),
+        'rolled_back': any(r.get('rolled_back') for r in restarts),
+        'unavailable_s': round(sum(down), 1) if down else None,
+        'not_back': phase in ('rollback_failed', 'removed', 'interrupted'),
+        'serving': serving or {},
+        'target': rec.get('target') or {},
+        'message': rec.get('message', ''),
+        'remedy': rec.get('remedy', ''),
+    }
+
+
+def _short_image(serving):
+    image = serving.get('image') or ''
+    digest = serving.get('image_digest') or ''
+    if '@' in image:
+        return image.split('@', 1)[1][:19]
+    return (digest[:19] if digest else image) or '-'
+
+
+def summary_lines(journal):
+    """One line per host for the end of the run, then the halt or abort reason once."""
+    lines = ['Rollout %s: %s%s' % (journal.get('id'), journal.get('status'),
+                                   ' (check mode: a preview, nothing was changed)' if journal.get('check_mode') else '')]
+    for host, rec in sorted(journal.get('hosts', {}).items()):
+        view = host_view(rec)
+        s = view['serving']
+        line = '%s: %s; variant=%s image=%s revision=%s' % (
+            host, view['state'], s.get('variant') or '-', _short_image(s), (s.get('revision') or '-')[:12])
+        if view['restarts']:
+            line += ' restarts=%d' % view['restarts']
+        if view['unavailable_s'] is not None:
+            line += ' unavailable=%ss' % view['unavailable_s']
+        if view['message'] and (view['failed'] or view['phase'] == 'would_restart'):
+            line += ' -- ' + view['message']
+        if view['remedy']:
+            line += ' Remedy: ' + view['remedy']
+        lines.append(line)
+    if journal.get('halted'):
+        lines.append('Halted: %s. Hosts not reached keep serving their current version.' % journal['halt_reason'])
+    if journal.get('abort_reason'):
+        lines.append('Aborted: %s.' % journal['abort_reason'])
+    return lines
+
+
+def _cell(value):
+    return ' '.join(str(value if value is not None else '-').replace('|', '/').split()) or '-'
+
+
+def render_markdown(journal, width=60):
+    """The Markdown report: status, per-host table (totals over every run of this rollout),
+    events, and a text chart of each host's unavailability."""
+    out = ['# Rollout %s: %s' % (journal.get('id'), journal.get('status')), '']
+    if journal.get('check_mode'):
+        out += ['**Preview (check mode): nothing was changed.**', '']
+    runs = journal.get('runs', [])
+    out.append('- Started: %s' % journal.get('started'))
+    if len(runs) > 1:
+        out.append('- Resumed: %s' % ', '.join(r['started'] for r in runs[1:]))
+    out.append('- Finished: %s' % journal.get('finished', ''))
+    out.append('- Deployment fingerprint: `%s`' % journal.get('fingerprint', ''))
+    if journal.get('halted'):
+        out.append('- **Halted:** %s' % journal['halt_reason'])
+    if journal.get('abort_reason'):
+        out.append('- **Aborted:** %s' % journal['abort_reason'])
+    for notice in journal.get('notices', []):
+        out.append('- Note: %s' % notice)
+    out += ['', '| host | state | variant | image | revision | restarts | rolled back | unavailable (s) | message |',
+            '| --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+    for host, rec in sorted(journal.get('hosts', {}).items()):
+        v = host_view(rec)
+        s = v['serving']
+        msg = v['message'] + ((' Remedy: ' + v['remedy']) if v['remedy'] else '')
+        out.append('| %s |' % ' | '.join(_cell(x) for x in (
+            host, v['state'], s.get('variant'), _short_image(s), (s.get('revision') or '-')[:12], v['restarts'],
+            'yes' if v['rolled_back'] else 'no', v['unavailable_s'], msg)))
+    out += ['', '## Unavailability timeline', '',
+            'Seconds from the first stop of this rollout; each bar is one host out of service (from the stop of',
+            'its old server to its new, or rolled-back, server passing the gates; `x`: not back).', '']
+    bars = []
+    for host, rec in sorted(journal.get('hosts', {}).items()):
+        for r in rec.get('restarts', []):
+            if r.get('t_stop') is not None:
+                bars.append((float(r['t_stop']), host, r))
+    if not bars:
+        out.append('No host was stopped.')
+    else:
+        bars.sort(key=lambda b: b[0])
+        t0 = bars[0][0]
+        ends = [float(r['t_ready']) for _t, _h, r in bars if r.get('t_ready') is not None] + [b[0] for b in bars]
+        span = max(max(ends) - t0, 1.0)
+        out += ['| host | run | down at (s) | up at (s) | unavailable (s) |', '| --- | --- | --- | --- | --- |']
+        for t, host, r in bars:
+            up = ('%.1f' % (float(r['t_ready']) - t0)) if r.get('t_ready') is not None else 'not back'
+            out.append('| %s | %s | %.1f | %s | %s |' % (host, r.get('run', 1), t - t0, up,
+                                                        _cell(r.get('unavailable_s'))))
+        out += ['', 'The axis spans %.1f s.' % span, '', '```text']
+        for t, host, r in bars:
+            a = min(int((t - t0) / span * width), width - 1)
+            end = float(r['t_ready']) if r.get('t_ready') is not None else t0 + span
+            b = min(max(int(-(-(end - t0) / span * width // 1)), a + 1), width)
+            mark = '#' if r.get('t_ready') is not None else 'x'
+            out.append('%-24s |%s%s%s|' % (host, ' ' * a, mark * (b - a), ' ' * (width - b)))
+        out.append('```')
+        out += ['', '```mermaid', 'gantt', '    title Unavailability per host', '    dateFormat X', '    axisFormat %s']
+        for t, host, r in bars:
+            failed = r.get('rolled_back') or r.get('not_back') or r.get('interrupted')
+            if r.get('t_ready') is not None:
+                label = 'down %s s%s :%s, %d, %d' % (r.get('unavailable_s'), ' (failed)' if failed else '',
+                                                    'crit' if failed else 'active', int(t), int(float(r['t_ready'])))
+            else:
+                label = 'down - not back (failed) :crit, %d, %d' % (int(t), int(t0 + span))
+            out += ['    section %s' % host, '    ' + label]
+        out.append('```')
+    out += ['', '## Events', '']
+    for host, rec in sorted(journal.get('hosts', {}).items()):
+        steps = ['%s %s%s' % (e.get('t', ''), e.get('phase'), (': ' + e['message']) if e.get('message') else '')
+                 for e in rec.get('events', [])]
+        out.append('- **%s** (run %s): %s' % (host, ', '.join(sorted(set(str(e.get('run')) for e in
+                                                                           rec.get('events', []))) or '-'),
+                                             '; '.join(steps) or '-'))
+    return '\n'.join(out) + '\n'

@@ -1,0 +1,304 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The rollout's controller decisions (plugins/module_utils/rollout.py): the per-host state
+machine, the failure budget checked before every host, resume by fingerprint, closing, and
+the report's totals over every run of a resumed rollout."""
+
+import itertools
+import re
+
+import pytest
+
+from ansible_collections.inkling.fleet.plugins.module_utils import rollout as r
+
+NOW = '2026-12-01T10:00:00Z'
+T0 = 1796000000.0
+H200 = {'variant': 'sm90-patched', 'image': 'reg.lab/vllm:1', 'image_digest': 'sha256:' + 'a' * 64,
+        'revision': 'main', 'served_model_name': 'inkling', 'vllm_args': ['--tp', '8'], 'env': {}}
+B200 = dict(H200, variant='sm100', image='reg.lab/vllm-b:1')
+
+
+def outcomes(ok=(), failed=()):
+    out = dict((h, {'contract': dict(H200, host=h)}) for h in ok)
+    out.update((h, {'failed': '%s: GPU 7 missing' % h}) for h in failed)
+    return out
+
+
+def opened(ok=('a', 'b', 'c'), failed=(), previous=None, max_failed=0, min_healthy=1):
+    journal, abandoned, notice = r.open_run(previous, outcomes(ok, failed), 'RUN2', NOW,
+                                            min_healthy=min_healthy, max_failed=max_failed)
+    return journal, abandoned, notice
+
+
+def walk(journal, host, phases, t=None):
+    t = T0 if t is None else t
+    for i, phase in enumerate(phases):
+        data = {}
+        if phase == 'restarting':
+            data['t_stop'] = t
+        if phase in ('serving_new', 'rolled_back'):
+            data['t_ready'] = t + 30 + i
+        r.record(journal, host, phase, NOW, data)
+
+
+# -- the state machine ------------------------------------------------------------------------
+
+ALL_PHASES = sorted(set(r.TERMINAL) | set(itertools.chain(*r.TRANSITIONS.values()))
+                    | set(p for p in r.TRANSITIONS if p))
+
+
+def path_to(phase):
+    """A legal path from open (pending) to ``phase``."""
+    paths = {'pending': []}
+    queue = ['pending']
+    while queue:
+        cur = queue.pop(0)
+        for nxt in r.TRANSITIONS.get(cur, ()):
+            if nxt not in paths:
+                paths[nxt] = paths[cur] + [nxt]
+                queue.append(nxt)
+    return paths[phase]
+
+
+@pytest.mark.parametrize('src,dst', [(s, d) for s in ALL_PHASES for d in ALL_PHASES if s != 'excluded'
+                                     and s != 'interrupted'])
+def test_every_transition_is_allowed_exactly_when_the_table_says(src, dst):
+    journal, _a, _n = opened(ok=('a',))
+    walk(journal, 'a', path_to(src))
+    assert journal['hosts']['a']['phase'] == src
+    if dst in r.TRANSITIONS.get(src, ()):
+        r.record(journal, 'a', dst, NOW)
+        assert journal['hosts']['a']['phase'] == dst
+    else:
+        with pytest.raises(r.TransitionError, match='%s -> %s is not a transition' % (src, dst)):
+            r.record(journal, 'a', dst, NOW)
+        assert journal['hosts']['a']['phase'] == src
+
+
+def test_every_phase_is_reachable_and_every_non_terminal_phase_can_end():
+    for phase in ALL_PHASES:
+        if phase in ('excluded', 'interrupted'):
+            continue
+        assert path_to(phase) is not None
+    for phase in r.TRANSITIONS:
+        if phase is not None:
+            assert phase not in r.TERMINAL
+    for phase in r.TERMINAL:
+        assert phase not in r.TRANSITIONS
+
+
+def test_an_excluded_host_cannot_be_touched_later():
+    journal, _a, _n = opened(ok=('a',), failed=('x',), max_failed=5)
+    assert journal['hosts']['x']['phase'] == 'excluded'
+    for phase in ('staged', 'draining', 'restarting'):
+        with pytest.raises(r.TransitionError):
+            r.record(journal, 'x', phase, NOW)
+    assert r.admit(journal, 'x', 5, NOW) == (False, False)
+
+
+def test_an_unknown_host_is_refused():
+    journal, _a, _n = opened(ok=('a',))
+    with pytest.raises(r.TransitionError, match='zz is not part of rollout RUN2'):
+        r.record(journal, 'zz', 'staged', NOW)
+
+
+# -- the failure budget -------------------------------------------------------------------------
+
+def test_budget_zero_with_a_host_set_aside_touches_no_other_host():
+    journal, _a, _n = opened(ok=('a', 'b'), failed=('x',), max_failed=0)
+    assert journal['halted']
+    assert journal['halt_reason'] == '1 host(s) failed (x), over the fleet-wide budget of 0'
+    first = r.admit(journal, 'a', 0, NOW)
+    second = r.admit(journal, 'b', 0, NOW)
+    assert first == (False, True) and second == (False, False)  # the halt is announced once
+    assert journal['hosts']['a']['phase'] == journal['hosts']['b']['phase'] == 'not_reached'
+
+
+def test_budget_is_checked_before_every_host_not_after_the_batch():
+    journal, _a, _n = opened(ok=('a', 'b', 'c'), max_failed=0)
+    for h in ('a', 'b', 'c'):
+        assert r.admit(journal, h, 0, NOW) == (True, False)
+        r.record(journal, h, 'staged', NOW)
+    assert r.admit(journal, 'a', 0, NOW)[0]
+    walk(journal, 'a', ['draining', 'restarting', 'rolling_back', 'rolled_back'])
+    assert r.admit(journal, 'b', 0, NOW) == (False, True)
+    assert journal['hosts']['b']['phase'] == 'not_reached'
+    assert journal['hosts']['b']['message'] == 'not reached: 1 host(s) failed (a), over the fleet-wide budget of 0'
+
+
+@pytest.mark.parametrize('phase_path', [
+    ['stage_failed'], ['staged', 'unit_refused'], ['staged', 'recheck_failed'],
+    ['staged', 'trial_failed'], ['staged', 'draining', 'drain_failed'],
+    ['staged', 'draining', 'restarting', 'serving_new', 'undrain_failed'],
+    ['staged', 'draining', 'restarting', 'rolling_back', 'rolled_back'],
+    ['staged', 'draining', 'restarting', 'rolling_back', 'rollback_failed'],
+    ['staged', 'draining', 'restarting', 'rolling_back', 'removed'],
+])
+def test_every_failure_counts_against_the_budget(phase_path):
+    journal, _a, _n = opened(ok=('a', 'b'), max_failed=0)
+    walk(journal, 'a', phase_path)
+    assert r.failed_hosts(journal) == ['a']
+    assert r.admit(journal, 'b', 0, NOW)[0] is False
+
+
+@pytest.mark.parametrize('phase_path', [['staged', 'unchanged'], ['staged', 'would_restart'],
+                                        ['staged', 'draining', 'restarting', 'serving_new', 'done']])
+def test_success_does_not_count(phase_path):
+    journal, _a, _n = opened(ok=('a', 'b'), max_failed=0)
+    walk(journal, 'a', phase_path)
+    assert r.failed_hosts(journal) == []
+    assert r.admit(journal, 'b', 0, NOW) == (True, False)
+
+
+def test_budget_of_one_tolerates_one_failure():
+    journal, _a, _n = opened(ok=('a', 'b', 'c'), max_failed=1)
+    walk(journal, 'a', ['stage_failed'])
+    assert r.admit(journal, 'b', 1, NOW)[0]
+    walk(journal, 'b', ['staged', 'draining', 'drain_failed'])
+    assert r.admit(journal, 'c', 1, NOW) == (False, True)
+
+
+def test_too_few_healthy_hosts_halts_before_anything_changes():
+    journal, _a, _n = opened(ok=('a',), failed=('x', 'y'), max_failed=10, min_healthy=2)
+    assert journal['halted']
+    assert journal['halt_reason'].startswith('only 1 of 3 hosts passed preflight (x, y failed); '
+                                             'rollout_min_healthy_hosts is 2. Nothing was changed.')
+    assert r.admit(journal, 'a', 10, NOW)[0] is False
+
+
+# -- undrain and drain semantics ----------------------------------------------------------------
+
+def test_undrain_failure_serves_the_new_version_and_is_not_a_rollback():
+    journal, _a, _n = opened(ok=('a',), max_failed=3)
+    walk(journal, 'a', ['staged', 'draining', 'restarting', 'serving_new'])
+    r.record(journal, 'a', 'undrain_failed', NOW, {'message': 'undrain failed: HTTP 500'})
+    view = r.host_view(journal['hosts']['a'])
+    assert view['state'] == 'serving the new version, but NOT undrained'
+    assert view['rolled_back'] is False and view['failed'] is True and view['restarts'] == 1
+    assert 'put it back into the load balancer by hand' in view['remedy']
+
+
+def test_drain_failure_is_not_a_restart():
+    journal, _a, _n = opened(ok=('a',), max_failed=3)
+    walk(journal, 'a', ['staged', 'draining', 'drain_failed'])
+    view = r.host_view(journal['hosts']['a'])
+    assert view['restarts'] == 0 and view['unavailable_s'] is None
+    assert view['state'] == 'drain failed, not stopped: serving its current version'
+
+
+# -- resume and fingerprint ---------------------------------------------------------------------
+
+def interrupted_journal():
+    journal, _a, _n = opened(ok=('a', 'b'), max_failed=0)
+    walk(journal, 'a', ['staged', 'draining', 'restarting', 'serving_new', 'done'])
+    walk(journal, 'b', ['staged', 'draining', 'restarting'], t=T0 + 100)  # killed mid-restart
+    return journal
+
+
+def test_same_deployment_resumes_and_the_report_keeps_the_first_runs_restarts():
+    first = interrupted_journal()
+    journal, abandoned, notice = r.open_run(first, outcomes(('a', 'b')), 'RUN3', NOW)
+    assert abandoned is None and journal['id'] == 'RUN2' and len(journal['runs']) == 2
+    assert notice.startswith('Resuming interrupted rollout RUN2 (run 2 of it)')
+    # second run: a is unchanged now, b restarts again
+    walk(journal, 'a', ['staged', 'unchanged'])
+    walk(journal, 'b', ['staged', 'draining', 'restarting', 'serving_new', 'done'], t=T0 + 500)
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'completed'
+    a = r.host_view(journal['hosts']['a'])
+    assert a['restarts'] == 1 and a['unavailable_s'] == 33.0  # from the first run
+    b = r.host_view(journal['hosts']['b'])
+    assert b['restarts'] == 2  # interrupted one, then the finished one
+    assert [e['phase'] for e in journal['hosts']['b']['events']].count('interrupted') == 1
+    text = r.render_markdown(journal)
+    assert '| a | 1 | 0.0 | 33.0 | 33.0 |' in text
+    assert '| b | 1 | 100.0 | not back | - |' in text
+    assert '| b | 2 | 500.0 | 533.0 | 33.0 |' in text
+    lines = r.summary_lines(journal)
+    assert any(line.startswith('a: unchanged: already serving the target') and 'restarts=1 unavailable=33.0s'
+               in line for line in lines)
+
+
+def test_another_deployment_abandons_the_interrupted_run():
+    first = interrupted_journal()
+    other = dict((h, {'contract': dict(B200, host=h)}) for h in ('a', 'b'))
+    journal, abandoned, notice = r.open_run(first, other, 'RUN3', NOW)
+    assert journal['id'] == 'RUN3' and len(journal['runs']) == 1 and journal['hosts']['a']['events'][0]['phase'] \
+        == 'pending'
+    assert abandoned['id'] == 'RUN2' and abandoned['status'] == 'abandoned'
+    assert 'targets another deployment' in abandoned['halt_reason']
+    assert notice == ('Interrupted rollout RUN2 targeted another deployment: closed as abandoned; starting '
+                      'rollout RUN3')
+    assert journal['notices'] == [notice]
+
+
+def test_a_finished_run_is_never_resumed():
+    first = interrupted_journal()
+    r.close_run(first, NOW)
+    journal, abandoned, _n = r.open_run(first, outcomes(('a', 'b')), 'RUN3', NOW)
+    assert journal['id'] == 'RUN3' and abandoned is None
+
+
+def test_fingerprint_ignores_hosts_and_order_but_not_targets():
+    one = {'x': dict(H200, host='x'), 'y': dict(B200, host='y')}
+    two = {'q': dict(B200, host='q'), 'p': dict(H200, host='p'), 'r': dict(H200, host='r')}
+    assert r.fingerprint(one) == r.fingerprint(two)
+    changed = {'x': dict(H200, image_digest='sha256:' + 'b' * 64)}
+    assert r.fingerprint(changed) != r.fingerprint({'x': H200})
+    assert r.fingerprint({'x': dict(H200, revision='other')}) != r.fingerprint({'x': H200})
+
+
+# -- closing and the report ---------------------------------------------------------------------
+
+def test_every_host_failing_staging_still_closes_with_a_report():
+    journal, _a, _n = opened(ok=('a', 'b'), max_failed=5)
+    for h in ('a', 'b'):
+        r.record(journal, h, 'stage_failed', NOW, {'message': 'staging failed: hub unreachable'})
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'completed with failures'
+    assert journal['failed_hosts'] == ['a', 'b']
+    text = r.render_markdown(journal)
+    assert text.count('staging failed: hub unreachable') >= 2
+    assert 'No host was stopped.' in text
+
+
+def test_close_marks_hosts_left_mid_way_and_aborts():
+    journal, _a, _n = opened(ok=('a', 'b'))
+    walk(journal, 'a', ['staged', 'draining', 'restarting'])
+    r.record(journal, 'b', 'staged', NOW)
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'aborted'
+    assert journal['abort_reason'] == 'hosts left mid-way: a (restarting), b (staged)'
+
+
+def test_close_after_a_halt_marks_the_rest_not_reached():
+    journal, _a, _n = opened(ok=('a', 'b'), failed=('x',))
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'halted'
+    assert journal['hosts']['a']['phase'] == 'not_reached'
+    lines = r.summary_lines(journal)
+    assert lines[-1].startswith('Halted: 1 host(s) failed (x)')
+    assert sum(1 for line in lines if 'Halted' in line) == 1
+
+
+def test_report_chart_bars_where_hosts_were_down():
+    journal, _a, _n = opened(ok=('h-a', 'h-b', 'h-c'), max_failed=3)
+    r.record(journal, 'h-a', 'staged', NOW)
+    r.record(journal, 'h-a', 'draining', NOW)
+    r.record(journal, 'h-a', 'restarting', NOW, {'t_stop': T0})
+    r.record(journal, 'h-a', 'serving_new', NOW, {'t_ready': T0 + 30})
+    r.record(journal, 'h-b', 'staged', NOW)
+    r.record(journal, 'h-b', 'draining', NOW)
+    r.record(journal, 'h-b', 'restarting', NOW, {'t_stop': T0 + 30})
+    r.record(journal, 'h-b', 'rolling_back', NOW, {'message': 'gate failed | x'})
+    r.record(journal, 'h-b', 'rolled_back', NOW, {'t_ready': T0 + 60})
+    r.record(journal, 'h-c', 'staged', NOW)
+    r.record(journal, 'h-c', 'unchanged', NOW)
+    text = r.render_markdown(journal)
+    block = text.split('```text\n', 1)[1].split('```', 1)[0]
+    rows = dict(re.match(r'^(\S+)\s+\|(.*)\|$', line).groups() for line in block.splitlines())
+    assert set(rows) == {'h-a', 'h-b'}
+    assert rows['h-a'] == '#' * 30 + ' ' * 30 and rows['h-b'] == ' ' * 30 + '#' * 30
+    assert 'down 30.0 s (failed) :crit, %d, %d' % (T0 + 30, T0 + 60) in text
+    assert 'gate failed / x' in text  # a pipe cannot break the table
+    assert '| h-b | rolled back: serving its previous version |' in text
