@@ -26,7 +26,7 @@ ARGUMENT_SPEC = dict(
     report_dir=dict(type='path', required=True),
     host=dict(type='str'),
     hosts=dict(type='list', elements='str', default=[]),
-    contract_var=dict(type='str', default='inkling_deployment'),
+    contract_var=dict(type='str', default='rollout_deployment'),
     failure_var=dict(type='str', default='__rollout_preflight_failure'),
     min_healthy=dict(type='int', default=1),
     max_failed=dict(type='int', default=0),

@@ -137,6 +137,13 @@ def is_fully_qualified(reference):
     return '.' in host or ':' in host or host == 'localhost'
 
 
+def is_revision(value):
+    """A hub revision: a 40-hex commit or a git ref name (git-check-ref-format(1), in short)."""
+    if not value or re.search(r'[\s~^:?*\[\\]|\.\.|@\{|//', value):
+        return False
+    return not (value.startswith(('/', '.', '-')) or value.endswith(('/', '.', '.lock')))
+
+
 def version_tuple(version):
     return tuple(int(part) for part in re.findall(r'\d+', version or ''))
 
@@ -199,8 +206,9 @@ def validate_entry(name, entry):
         errors.append('%s: model has unknown key %r (known: %s)' % (where, key, ', '.join(MODEL_KEYS)))
     if not isinstance(model.get('repo_id'), str) or not re.match(r'^[\w.-]+/[\w.-]+$', model.get('repo_id') or ''):
         errors.append('%s: model.repo_id must be "owner/name", got %r' % (where, model.get('repo_id')))
-    if not isinstance(model.get('revision'), str) or not model.get('revision'):
-        errors.append('%s: model.revision must be a branch, tag or commit, got %r' % (where, model.get('revision')))
+    if not isinstance(model.get('revision'), str) or not is_revision(model.get('revision')):
+        errors.append('%s: model.revision must be a branch, tag or commit (a git ref: no spaces, none of ~^:?*[\\, '
+                      'no ".."), got %r' % (where, model.get('revision')))
     mem = model.get('min_total_gpu_memory_mib')
     if not isinstance(mem, int) or isinstance(mem, bool) or mem < 1:
         errors.append('%s: model.min_total_gpu_memory_mib must be a positive integer, got %r' % (where, mem))

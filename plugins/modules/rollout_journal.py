@@ -55,7 +55,7 @@ options:
   contract_var:
     description: O(action=open) only, the host fact holding a host's deployment contract.
     type: str
-    default: inkling_deployment
+    default: rollout_deployment
   failure_var:
     description: O(action=open) only, the host fact set when a host failed preflight (a message or a dict with C(message)).
     type: str

@@ -30,7 +30,7 @@ PLAY = '''- name: A rollout in miniature
   tasks:
     - name: Contract or failure
       ansible.builtin.set_fact:
-        inkling_deployment: {{variant: v1, image: reg/x:1, image_digest: null, revision: main}}
+        rollout_deployment: {{variant: v1, image: reg/x:1, image_digest: null, revision: main}}
       when: inventory_hostname not in {failed}
 
     - name: Failure

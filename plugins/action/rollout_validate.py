@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Action plugin of inkling.fleet.rollout_validate: the rollout's settings checked once,
+before anything runs on a host. Runs on the controller only; the checks are
+plugins/module_utils/rollout_validate.py and plugins/module_utils/variant.py."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import os
+
+import yaml
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.inkling.fleet.plugins.module_utils import rollout_validate as checks
+from ansible_collections.inkling.fleet.plugins.module_utils import variant as variants
+
+ARGUMENT_SPEC = dict(
+    pattern=dict(type='str', required=True),
+    matched=dict(type='list', elements='str', required=True),
+    secrets=dict(type='list', elements='str', default=['image_registry_auth', 'hf_cache_token', 'service_api_key']),
+)
+
+ROLLOUT_VARS = [name for name, _k, _c, _e in checks.RULES] + ['rollout_serial']
+TABLE_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
+                          'variants.yml')
+
+
+def _shipped_table():
+    with open(TABLE_FILE) as f:
+        data = yaml.safe_load(f)
+    return data['preflight_variant_table'], data['preflight_variant_table_schema_version']
+
+
+def _get(hv, name):
+    """(present, value, error) of a host variable, templated as the run will template it."""
+    try:
+        if name not in hv:
+            return False, None, None
+        return True, hv[name], None
+    except Exception as e:  # an undefined variable inside it, a template error  # pylint: disable=broad-except
+        return True, None, str(getattr(e, 'message', e)).splitlines()[0]
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        play_hosts = task_vars.get('ansible_play_hosts_all') or []
+        run_problems, targets = checks.check_run(
+            args['pattern'], args['matched'], play_hosts, task_vars.get('ansible_limit'),
+            task_vars.get('ansible_run_tags'), task_vars.get('ansible_skip_tags'))
+        hostvars = task_vars.get('hostvars', {})
+        shipped = _shipped_table()
+        per_host = {}
+        for host in targets:
+            hv = hostvars[host]
+            problems = []
+            settings = {}
+            for name in ROLLOUT_VARS:
+                present, value, error = _get(hv, name)
+                if error:
+                    problems.append('%s cannot be resolved: %s' % (name, error))
+                elif present:
+                    settings[name] = value
+            problems.extend(checks.check_settings(settings))
+            for name in args['secrets']:
+                _present, _value, error = _get(hv, name)
+                if error:
+                    problems.append('%s cannot be resolved: %s. Every secret the run needs must resolve before '
+                                    'anything runs: define it (ansible-vault) and run with --ask-vault-pass or '
+                                    '--vault-password-file' % (name, error))
+            problems.extend(self._table_problems(hv, shipped))
+            per_host[host] = problems
+        lines = run_problems + checks.collect(per_host)
+        result['changed'] = False
+        result['targets'] = targets
+        if lines:
+            result['failed'] = True
+            result['problems'] = lines
+            result['msg'] = ('The rollout was not started; nothing ran on any host. %d problem(s):\n- %s'
+                             % (len(lines), '\n- '.join(lines)))
+        else:
+            result['msg'] = 'Settings checked for %d host(s)' % len(targets)
+        return result
+
+    @staticmethod
+    def _table_problems(hv, shipped):
+        table, schema = shipped
+        for name, default in (('preflight_variant_table', table), ('preflight_variant_table_schema_version', schema)):
+            present, value, error = _get(hv, name)
+            if error:
+                return ['%s cannot be resolved: %s' % (name, error)]
+            if present:
+                if name == 'preflight_variant_table':
+                    table = value
+                else:
+                    schema = value
+        present, overrides, error = _get(hv, 'preflight_variant_overrides')
+        if error:
+            return ['preflight_variant_overrides cannot be resolved: %s' % error]
+        try:
+            merged = variants.merge_table(table, overrides if present else {})
+            variants.validate_table(merged, schema)
+        except variants.VariantTableError as e:
+            return ['variant table (with preflight_variant_overrides): %s. Remedy: fix the override (docs/variants.md)'
+                    % err for err in e.errors]
+        return []

@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Checks of a rollout's settings, made once before anything runs on a host.
+
+``check_settings`` takes the ``rollout_*`` values of one host and returns problems;
+``check_run`` takes what the controller knows about the run (hosts matched, limit, tags);
+``collect`` merges per-host problems into one message per problem, naming the hosts when
+not every host has it. The action plugin inkling.fleet.rollout_validate feeds them
+(tests/unit/plugins/module_utils/test_rollout_validate.py).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import re
+
+HOOK_METHODS = ('GET', 'POST', 'PUT', 'PATCH', 'DELETE')
+
+
+def _int(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.match(r'^\s*-?\d+\s*$', value):
+        return int(value)
+    return None
+
+
+def _num(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _bool(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ('true', 'yes', 'on', '1', 'false', 'no', 'off', '0'):
+        return value.strip().lower() in ('true', 'yes', 'on', '1')
+    return None
+
+
+def serial_problem(value):
+    """None when ``value`` is a rollout_serial Ansible accepts and that keeps a canary-sized
+    first batch meaningful: a whole number >= 1, a percentage 1%-100%, or a list of those."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        return 'an empty list'
+    for item in items:
+        if isinstance(item, str) and item.strip().endswith('%'):
+            pct = _int(item.strip()[:-1])
+            if pct is None or not 1 <= pct <= 100:
+                return 'the batch %r (a percentage must be 1%%-100%%)' % (item,)
+            continue
+        n = _int(item)
+        if n is None:
+            return 'the batch %r (not a number of hosts or a percentage)' % (item,)
+        if n < 1:
+            return ('the batch %r (Ansible reads 0 as "every host at once": no canary, the whole fleet down '
+                    'together)' % (item,))
+    return None
+
+
+# name -> (kind, check, expected, remedy)
+RULES = (
+    ('rollout_max_failed_hosts', 'int', lambda v: v >= 0, 'a whole number >= 0 (0: the first failure halts)'),
+    ('rollout_min_healthy_hosts', 'int', lambda v: v >= 0, 'a whole number >= 0'),
+    ('rollout_gate_timeout_s', 'int', lambda v: v >= 1, 'a whole number of seconds >= 1 (default 4200, F15)'),
+    ('rollout_gate_poll_s', 'num', lambda v: v > 0, 'a number of seconds > 0'),
+    ('rollout_gate_latency_budget_s', 'num', lambda v: v > 0, 'a number of seconds > 0'),
+    ('rollout_drain_wait_s', 'int', lambda v: v >= 0, 'a whole number of seconds >= 0'),
+    ('rollout_service_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
+    ('rollout_gate_completion', 'bool', lambda v: True, 'true or false'),
+    ('rollout_hook_method', 'str', lambda v: v.upper() in HOOK_METHODS, 'one of ' + ', '.join(HOOK_METHODS)),
+)
+
+
+def check_settings(settings):
+    """Problems with the rollout_* values of one host (a dict; absent keys use the defaults)."""
+    problems = []
+    for name, kind, ok, expected in RULES:
+        if name not in settings:
+            continue
+        value = settings[name]
+        parsed = {'int': _int, 'num': _num, 'bool': _bool, 'str': lambda v: v if isinstance(v, str) else None}[kind](value)
+        if parsed is None or not ok(parsed):
+            problems.append('%s is %r; expected %s' % (name, value, expected))
+    if 'rollout_serial' in settings:
+        bad = serial_problem(settings['rollout_serial'])
+        if bad:
+            problems.append('rollout_serial is %r: %s; expected a number of hosts >= 1, a percentage, or a list of '
+                            'those such as [1, "25%%"] (canary first)' % (settings['rollout_serial'], bad))
+    return problems
+
+
+def check_run(pattern, matched, play_hosts, limit, run_tags, skip_tags):
+    """Problems with the run as a whole: the host pattern, --limit, --tags."""
+    problems = []
+    targets = [h for h in matched if h in set(play_hosts)]
+    if not matched:
+        problems.append('rollout_hosts %r matches no host of the inventory; expected a group or pattern of your '
+                        'GPU hosts (default inkling_fleet). Check the spelling against `ansible-inventory --graph`'
+                        % (pattern,))
+    elif not targets:
+        problems.append('rollout_hosts %r matches %d host(s), but none is inside --limit %r; nothing would be '
+                        'rolled out' % (pattern, len(matched), limit))
+    tags = [t for t in (run_tags or ['all']) if t != 'all']
+    if tags or skip_tags:
+        problems.append('--tags/--skip-tags (%s) are not supported by the rollout: every play needs what the '
+                        'plays before it found (the variant, the staged image and snapshot). Run it without them; '
+                        'for preflight alone run playbooks/preflight.yml'
+                        % ', '.join(['--tags ' + ','.join(tags)] * bool(tags)
+                                    + ['--skip-tags ' + ','.join(skip_tags)] * bool(skip_tags)))
+    return problems, targets
+
+
+def collect(per_host):
+    """One line per distinct problem, naming the hosts that have it when not all do."""
+    hosts = sorted(per_host)
+    order = []
+    who = {}
+    for host in hosts:
+        for problem in per_host[host]:
+            if problem not in who:
+                who[problem] = []
+                order.append(problem)
+            who[problem].append(host)
+    lines = []
+    for problem in order:
+        if len(who[problem]) == len(hosts):
+            lines.append(problem)
+        else:
+            lines.append('%s (on %s)' % (problem, ', '.join(who[problem])))
+    return lines

@@ -1,0 +1,75 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The real rollout playbook refuses bad settings in its first play, before anything runs on
+a host, with one message per problem (inkling.fleet.rollout_validate)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+PLAYBOOK = os.path.join(REPO, 'playbooks', 'deploy_inkling.yml')
+
+INVENTORY = '''all:
+  children:
+    inkling_fleet:
+      hosts:
+        gpu-01: {{}}
+        gpu-02: {{}}
+        gpu-03: {{{host3}}}
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: {python}
+{extra}
+'''
+
+
+def run(tmp_path, *args, host3='', extra=''):
+    inv = tmp_path / 'inventory.yml'
+    inv.write_text(INVENTORY.format(python=sys.executable, host3=host3, extra=extra))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+               XDG_STATE_HOME=str(tmp_path / 'state'))
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(inv), PLAYBOOK] + list(args)
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return proc, ' '.join(proc.stdout.split())
+
+
+def assert_refused_before_any_host(proc, out):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert 'The rollout was not started; nothing ran on any host.' in out
+    assert 'PLAY [Rollout | preflight every host' not in proc.stdout
+    assert proc.stdout.count('fatal: [') == 1  # once, not once per host
+
+
+def test_bad_variables_and_an_unresolvable_secret_are_listed_once_each(tmp_path):
+    proc, out = run(tmp_path, '-e', 'rollout_max_failed_hosts=two', '-e', 'rollout_serial=0',
+                    host3='image_registry_auth: [{registry: quay.io, username: robot, password: "{{ vault_quay }}"}]')
+    assert_refused_before_any_host(proc, out)
+    assert '3 problem(s)' in out
+    assert "rollout_max_failed_hosts is 'two'; expected a whole number >= 0" in out
+    assert "rollout_serial is '0': the batch '0' (Ansible reads 0 as \"every host at once\"" in out
+    assert "image_registry_auth cannot be resolved: 'vault_quay' is undefined" in out
+    assert 'Every secret the run needs must resolve before anything runs' in out
+    assert '--vault-password-file (on gpu-03)' in out
+
+
+def test_a_host_pattern_that_matches_nothing_is_refused(tmp_path):
+    proc, out = run(tmp_path, '-e', 'rollout_hosts=gpu_h100')
+    assert_refused_before_any_host(proc, out)
+    assert "rollout_hosts 'gpu_h100' matches no host of the inventory" in out
+
+
+def test_a_revision_with_spaces_is_refused_before_staging(tmp_path):
+    proc, out = run(tmp_path, extra='    preflight_variant_overrides: {sm90-patched: {model: {revision: "my branch"}}}')
+    assert_refused_before_any_host(proc, out)
+    assert "entry 'sm90-patched': model.revision must be a branch, tag or commit" in out
+    assert "got 'my branch'" in out
+
+
+@pytest.mark.parametrize('tags', [['--tags', 'restart'], ['--skip-tags', 'stage']])
+def test_tags_are_refused(tmp_path, tags):
+    proc, out = run(tmp_path, *tags)
+    assert_refused_before_any_host(proc, out)
+    assert 'are not supported by the rollout' in out
