@@ -19,8 +19,8 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
 
     (open) -> pending | excluded
     pending -> staged | stage_failed | not_reached
-    staged -> unchanged | would_restart | not_reached | unit_refused | recheck_failed | trial_failed
-              | draining
+    staged -> unchanged | would_restart | stage_only | not_reached | unit_refused | recheck_failed
+              | trial_failed | draining
     draining -> drain_failed | restarting          (restarting: the old server is stopped)
     restarting -> serving_new | rolling_back
     serving_new -> done | undrain_failed
@@ -41,8 +41,8 @@ JOURNAL_VERSION = 2
 TRANSITIONS = {
     None: ('pending', 'excluded'),
     'pending': ('staged', 'stage_failed', 'not_reached'),
-    'staged': ('unchanged', 'would_restart', 'not_reached', 'unit_refused', 'recheck_failed', 'trial_failed',
-               'draining'),
+    'staged': ('unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
+               'trial_failed', 'draining'),
     'draining': ('drain_failed', 'restarting'),
     'restarting': ('serving_new', 'rolling_back'),
     'serving_new': ('done', 'undrain_failed'),
@@ -58,6 +58,7 @@ TERMINAL = {
     'recheck_failed': (True, 'failed its re-check before the drain, not stopped: serving its current version'),
     'trial_failed': (True, 'the new image failed its trial before the drain, not stopped: serving its current version'),
     'unchanged': (False, 'unchanged: already serving the target'),
+    'stage_only': (False, 'staged, not restarted (rollout_stage_only): serving its current version'),
     'would_restart': (False, 'would restart (check mode: nothing was changed)'),
     'drain_failed': (True, 'drain failed, not stopped: serving its current version'),
     'done': (False, 'restarted: serving the new version'),

@@ -78,6 +78,7 @@ RULES = (
     ('rollout_drain_wait_s', 'int', lambda v: v >= 0, 'a whole number of seconds >= 0'),
     ('rollout_service_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
     ('rollout_gate_completion', 'bool', lambda v: True, 'true or false'),
+    ('rollout_stage_only', 'bool', lambda v: True, 'true or false'),
     ('rollout_hook_method', 'str', lambda v: v.upper() in HOOK_METHODS, 'one of ' + ', '.join(HOOK_METHODS)),
 )
 
@@ -115,7 +116,8 @@ def check_run(pattern, matched, play_hosts, limit, run_tags, skip_tags):
     if tags or skip_tags:
         problems.append('--tags/--skip-tags (%s) are not supported by the rollout: every play needs what the '
                         'plays before it found (the variant, the staged image and snapshot). Run it without them; '
-                        'for preflight alone run playbooks/preflight.yml'
+                        'to stage without restarting add -e rollout_stage_only=true; for preflight alone run '
+                        'playbooks/preflight.yml'
                         % ', '.join(['--tags ' + ','.join(tags)] * bool(tags)
                                     + ['--skip-tags ' + ','.join(skip_tags)] * bool(skip_tags)))
     return problems, targets
