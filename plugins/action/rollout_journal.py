@@ -28,6 +28,7 @@ ARGUMENT_SPEC = dict(
     hosts=dict(type='list', elements='str', default=[]),
     contract_var=dict(type='str', default='rollout_deployment'),
     failure_var=dict(type='str', default='__rollout_preflight_failure'),
+    current_var=dict(type='str', default='__rollout_current'),
     min_healthy=dict(type='int', default=1),
     max_failed=dict(type='int', default=0),
     phase=dict(type='str'),
@@ -113,6 +114,7 @@ class ActionModule(ActionBase):
             hv = hostvars[name] if name in hostvars else {}
             contract = hv.get(args['contract_var']) if hasattr(hv, 'get') else None
             failure = hv.get(args['failure_var']) if hasattr(hv, 'get') else None
+            current = hv.get(args['current_var']) if hasattr(hv, 'get') else None
             if failure:
                 outcomes[name] = {'failed': str(failure.get('message', failure) if isinstance(failure, dict)
                                                 else failure),
@@ -121,6 +123,8 @@ class ActionModule(ActionBase):
                 outcomes[name] = {'contract': dict(contract)}
             else:
                 outcomes[name] = {}
+            if current:
+                outcomes[name]['current'] = dict(current)
         run_id = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')
         suffix = 1
         while os.path.exists(os.path.join(directory, 'rollout-%s.json' % run_id)) or \

@@ -7,7 +7,7 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.inkling.fleet.plugins.module_utils import contract
+from ansible_collections.inkling.fleet.plugins.module_utils import contract, rollout
 
 
 def deployment_contract(variant, host, hub_cache_dir=None):
@@ -17,13 +17,18 @@ def deployment_contract(variant, host, hub_cache_dir=None):
         raise AnsibleFilterError(str(e))
 
 
-def deployment_pinned(current, image_pinned, snapshot, auth_file=None):
+def deployment_pinned(current, image_pinned, snapshot, auth_file=None, check_mode=False):
     try:
-        return contract.pin(current, image_pinned, snapshot, auth_file)
+        return contract.pin(current, image_pinned, snapshot, auth_file, bool(check_mode))
     except contract.ContractError as e:
         raise AnsibleFilterError(str(e))
 
 
+def restart_reasons(after, before, active, unit_changed=False):
+    return rollout.restart_reasons(before, after, bool(active), bool(unit_changed))
+
+
 class FilterModule(object):
     def filters(self):
-        return {'deployment_contract': deployment_contract, 'deployment_pinned': deployment_pinned}
+        return {'deployment_contract': deployment_contract, 'deployment_pinned': deployment_pinned,
+                'restart_reasons': restart_reasons}

@@ -45,19 +45,30 @@ def build(variant, host, hub_cache_dir=None):
     }
 
 
-def pin(contract, image_pinned, snapshot, auth_file=None):
-    """The contract completed after staging: image by digest, revision as a commit, hub dir."""
+def pin(contract, image_pinned, snapshot, auth_file=None, check_mode=False):
+    """The contract completed after staging: image by digest, revision as a commit, hub dir.
+    In check mode staging pulls nothing: what it could not resolve stays as requested and is
+    listed in ``unresolved`` (a new image tag is only pinned when it is pulled)."""
     if not contract:
         raise ContractError('no deployment contract to complete')
     out = dict(contract)
     host = out.get('host', '?')
-    if not (image_pinned or {}).get('pinned_reference'):
+    unresolved = []
+    if (image_pinned or {}).get('pinned_reference') and '@sha256:' in image_pinned['pinned_reference']:
+        out['image'] = image_pinned['pinned_reference']
+        out['image_digest'] = image_pinned.get('digest')
+    elif check_mode:
+        unresolved.append('image %s (its digest is resolved when staging pulls it)' % out.get('image'))
+    else:
         raise ContractError('%s: the image role published no pinned image (image_pinned.pinned_reference)' % host)
-    if not (snapshot or {}).get('revision'):
+    revision = (snapshot or {}).get('revision') or ''
+    if len(revision) == 40:
+        out['revision'] = revision
+    elif check_mode:
+        unresolved.append('model revision %s (resolved when staging downloads it)' % out.get('revision'))
+    else:
         raise ContractError('%s: the hf_cache role published no snapshot (hf_cache_snapshot.revision)' % host)
-    out['image'] = image_pinned['pinned_reference']
-    out['image_digest'] = image_pinned.get('digest')
-    out['revision'] = snapshot['revision']
+    out['unresolved'] = unresolved
     path = snapshot.get('path') or ''
     if '/models--' in path:
         out['hub_cache_dir'] = path.split('/models--', 1)[0]

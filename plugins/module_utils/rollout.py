@@ -163,6 +163,8 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     for host in sorted(outcomes):
         outcome = outcomes[host]
         rec = journal['hosts'].setdefault(host, {'events': [], 'restarts': []})
+        if outcome.get('current'):
+            rec['before'] = outcome['current']
         if outcome.get('contract'):
             rec['target'] = outcome['contract']
             _set_phase(rec, 'pending', run, now)
@@ -315,9 +317,12 @@ def host_view(rec):
     failed, words = TERMINAL.get(phase, (False, 'left mid-way (%s)' % phase))
     restarts = rec.get('restarts', [])
     down = [r['unavailable_s'] for r in restarts if r.get('unavailable_s') is not None]
-    serving = rec.get('after') if phase in ('done', 'undrain_failed', 'serving_new') else rec.get('before')
-    if phase in ('unchanged', 'would_restart') and not serving:
+    if phase in ('done', 'undrain_failed', 'serving_new'):
         serving = rec.get('after')
+    elif phase in ('rollback_failed', 'removed'):
+        serving = {}
+    else:
+        serving = rec.get('before') or (rec.get('after') if phase in ('unchanged', 'would_restart') else None)
     return {
         'phase': phase, 'failed': failed, 'state': words,
         'restarts': len([r for r in restarts if r.get('kind') == 'restart']),
@@ -441,3 +446,34 @@ def render_markdown(journal, width=60):
                                                                            rec.get('events', []))) or '-'),
                                              '; '.join(steps) or '-'))
     return '\n'.join(out) + '\n'
+
+
+def _digest_of(state):
+    image = (state or {}).get('image') or ''
+    return (state or {}).get('image_digest') or (image.split('@', 1)[1] if '@' in image else image)
+
+
+def restart_reasons(before, after, active, unit_changed):
+    """Why a host restarts, in words (empty: it does not). ``before``: what the host recorded
+    after its last passed gate (rollout_state_file; empty on a first deployment); ``after``: its
+    target, with the checksum of the unit now on disk; ``unit_changed``: the service role just
+    wrote (or, in check mode, would write) a different unit."""
+    before = before or {}
+    reasons = []
+    if not active:
+        reasons.append('the service is not active' + ('' if before else ' (first deployment on this host)'))
+    named = []
+    if before.get('variant') and before.get('variant') != after.get('variant'):
+        named.append('variant %s -> %s' % (before.get('variant'), after.get('variant')))
+    if before and _digest_of(before) != _digest_of(after):
+        named.append('image %s -> %s' % (_digest_of(before)[:19] or '-', _digest_of(after)[:19] or '-'))
+    if before.get('revision') and before.get('revision') != after.get('revision'):
+        named.append('model revision %s -> %s' % (before['revision'][:12], (after.get('revision') or '-')[:12]))
+    unit_differs = unit_changed or (before.get('unit_checksum') or '') != (after.get('unit_checksum') or '')
+    if named:
+        reasons.extend(named)
+    elif unit_differs and active:
+        reasons.append('the unit changed (arguments, environment or mounts)')
+    elif unit_differs and not reasons:
+        reasons.append('the unit changed')
+    return reasons

@@ -53,3 +53,14 @@ def test_staging_that_published_nothing_is_refused():
         F['deployment_pinned'](c, {}, SNAPSHOT)
     with pytest.raises(AnsibleFilterError, match='gpu-01: the hf_cache role published no snapshot'):
         F['deployment_pinned'](c, PINNED, {})
+
+
+def test_check_mode_keeps_what_staging_has_not_resolved_yet():
+    c = F['deployment_contract'](VARIANT, 'gpu-01')
+    p = F['deployment_pinned'](c, {'reference': VARIANT['image']['reference'], 'pinned_reference': ''},
+                               {'revision': ''}, None, True)
+    assert p['image'] == VARIANT['image']['reference'] and p['image_digest'] is None
+    assert p['unresolved'] == ['image quay.io/vllm/automation-vllm:cuda-29455473553 (its digest is resolved when '
+                               'staging pulls it)', 'model revision main (resolved when staging downloads it)']
+    with pytest.raises(AnsibleFilterError, match='published no pinned image'):
+        F['deployment_pinned'](c, {'pinned_reference': ''}, SNAPSHOT, None, False)

@@ -43,8 +43,27 @@ def walk(journal, host, phases, t=None):
 
 # -- the state machine ------------------------------------------------------------------------
 
-ALL_PHASES = sorted(set(r.TERMINAL) | set(itertools.chain(*r.TRANSITIONS.values()))
-                    | set(p for p in r.TRANSITIONS if p))
+# The state machine as docs/rollout.md states it, written out here on its own: the pairwise
+# test below checks the code against this, not against the code's own table.
+EXPECTED = {
+    None: {'pending', 'excluded'},
+    'pending': {'staged', 'stage_failed', 'not_reached'},
+    'staged': {'unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
+               'trial_failed', 'draining'},
+    'draining': {'drain_failed', 'restarting'},
+    'restarting': {'serving_new', 'rolling_back'},
+    'serving_new': {'done', 'undrain_failed'},
+    'rolling_back': {'rolled_back', 'rollback_failed', 'removed'},
+}
+EXPECTED_FAILED = {'excluded', 'stage_failed', 'unit_refused', 'recheck_failed', 'trial_failed', 'drain_failed',
+                   'undrain_failed', 'rolled_back', 'rollback_failed', 'removed', 'interrupted'}
+
+ALL_PHASES = sorted(set(r.TERMINAL) | set(itertools.chain(*EXPECTED.values())) | set(p for p in EXPECTED if p))
+
+
+def test_the_code_has_the_documented_state_machine():
+    assert dict((k, set(v)) for k, v in r.TRANSITIONS.items()) == EXPECTED
+    assert set(r.FAILED) == EXPECTED_FAILED
 
 
 def path_to(phase):
@@ -53,7 +72,7 @@ def path_to(phase):
     queue = ['pending']
     while queue:
         cur = queue.pop(0)
-        for nxt in r.TRANSITIONS.get(cur, ()):
+        for nxt in sorted(EXPECTED.get(cur, ())):
             if nxt not in paths:
                 paths[nxt] = paths[cur] + [nxt]
                 queue.append(nxt)
@@ -66,7 +85,7 @@ def test_every_transition_is_allowed_exactly_when_the_table_says(src, dst):
     journal, _a, _n = opened(ok=('a',))
     walk(journal, 'a', path_to(src))
     assert journal['hosts']['a']['phase'] == src
-    if dst in r.TRANSITIONS.get(src, ()):
+    if dst in EXPECTED.get(src, ()):
         r.record(journal, 'a', dst, NOW)
         assert journal['hosts']['a']['phase'] == dst
     else:
@@ -302,3 +321,38 @@ def test_report_chart_bars_where_hosts_were_down():
     assert 'down 30.0 s (failed) :crit, %d, %d' % (T0 + 30, T0 + 60) in text
     assert 'gate failed / x' in text  # a pipe cannot break the table
     assert '| h-b | rolled back: serving its previous version |' in text
+
+
+# -- what the report says a host serves, and why a host restarts ---------------------------------
+
+OLD = {'variant': 'sm90-patched', 'image': 'reg/x@sha256:' + '1' * 64, 'image_digest': 'sha256:' + '1' * 64,
+       'revision': 'a' * 40, 'unit_checksum': 'c1'}
+NEW = dict(OLD, image='reg/x@sha256:' + '2' * 64, image_digest='sha256:' + '2' * 64, unit_checksum='c2')
+
+
+def test_hosts_not_restarted_report_what_they_serve_and_rolled_back_hosts_the_restored_version():
+    outs = dict((h, {'contract': dict(H200, host=h), 'current': OLD}) for h in ('a', 'b'))
+    journal, _a, _n = r.open_run(None, outs, 'RUN', NOW, max_failed=0)
+    walk(journal, 'a', ['staged', 'draining', 'restarting'])
+    r.record(journal, 'a', 'rolling_back', NOW, {'after': NEW, 'message': 'gate failed'})
+    r.record(journal, 'a', 'rolled_back', NOW, {'t_ready': T0 + 9})
+    assert r.admit(journal, 'b', 0, NOW)[0] is False
+    lines = r.summary_lines(journal)
+    assert lines[1].startswith('a: rolled back: serving its previous version; variant=sm90-patched '
+                               'image=sha256:111111111111 revision=aaaaaaaaaaaa restarts=1')
+    assert lines[2].startswith('b: not reached: serving its current version; variant=sm90-patched '
+                               'image=sha256:111111111111')
+
+
+@pytest.mark.parametrize('before,after,active,changed,reasons', [
+    (OLD, dict(OLD), True, False, []),
+    (OLD, NEW, True, True, ['image sha256:111111111111 -> sha256:222222222222']),
+    (OLD, dict(OLD, revision='b' * 40, unit_checksum='c3'), True, False, ['model revision aaaaaaaaaaaa -> bbbbbbbbbbbb']),
+    (OLD, dict(OLD, variant='sm90-upstream', unit_checksum='c3'), True, False, ['variant sm90-patched -> sm90-upstream']),
+    (OLD, dict(OLD, unit_checksum='c3'), True, False, ['the unit changed (arguments, environment or mounts)']),
+    (OLD, dict(OLD), True, True, ['the unit changed (arguments, environment or mounts)']),
+    ({}, NEW, False, True, ['the service is not active (first deployment on this host)']),
+    (OLD, dict(OLD), False, False, ['the service is not active']),
+])
+def test_restart_reasons(before, after, active, changed, reasons):
+    assert r.restart_reasons(before, after, active, changed) == reasons
