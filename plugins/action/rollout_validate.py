@@ -103,11 +103,15 @@ class ActionModule(ActionBase):
                     table = value
                 else:
                     schema = value
-        present, overrides, error = _get(hv, 'preflight_variant_overrides')
-        if error:
-            return ['preflight_variant_overrides cannot be resolved: %s' % error]
+        layers = []
+        for name in ['preflight_variant_overrides'] + sorted(k for k in hv if k.startswith('preflight_variant_overrides_')):
+            present, value, error = _get(hv, name)
+            if error:
+                return ['%s cannot be resolved: %s' % (name, error)]
+            if present:
+                layers.append((name, value))
         try:
-            merged = variants.merge_table(table, overrides if present else {})
+            merged = variants.merge_table(table, variants.merge_overrides(layers))
             variants.validate_table(merged, schema)
         except variants.VariantTableError as e:
             return ['variant table (with preflight_variant_overrides): %s. Remedy: fix the override (docs/variants.md)'

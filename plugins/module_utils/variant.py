@@ -105,6 +105,28 @@ def deep_merge(base, override):
     return result
 
 
+def merge_overrides(layers):
+    """Merge override layers in order (later wins), per variant and per key: dicts merge
+    recursively, lists and scalars replace. ``layers``: a list of (name, overrides) pairs; a
+    layer that is not a dict of dicts raises VariantTableError naming it."""
+    merged = {}
+    errors = []
+    for name, layer in layers:
+        if layer in (None, {}):
+            continue
+        if not isinstance(layer, dict):
+            errors.append('%s must be a dict keyed by variant name, got %s' % (name, type(layer).__name__))
+            continue
+        for variant, override in layer.items():
+            if not isinstance(override, dict):
+                errors.append('%s: override %r must be a dict, got %s' % (name, variant, type(override).__name__))
+                continue
+            merged[variant] = deep_merge(merged.get(variant, {}), override)
+    if errors:
+        raise VariantTableError(errors)
+    return merged
+
+
 def merge_table(table, overrides):
     """Merge overrides into the table by entry name; a name not in the table adds an entry."""
     errors = []

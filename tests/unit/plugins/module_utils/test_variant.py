@@ -376,3 +376,24 @@ def test_table_reasons_stay_with_the_variant_check(table):
         ['variant']
     no_gpu = {'gpu_count': 0, 'gpus': [], 'compute_caps': [], 'driver_version': None}
     assert [r['check'] for r in refusals(no_gpu, BIG, 8, table)] == ['gpu.count']
+
+
+def test_override_layers_merge_per_variant_and_per_key():
+    from ansible_collections.inkling.fleet.plugins.module_utils.variant import merge_overrides
+    fleet = {'sm90-patched': {'model': {'revision': 'a' * 40}, 'image': {'digest': 'sha256:' + '1' * 64}},
+             'sm100': {'env': {'A': '1'}}}
+    group = {'sm90-patched': {'env': {'X': '8'}, 'image': {'reference': 'reg/x:2'}}}
+    host = {'sm90-patched': {'env': {'X': '9'}}}
+    merged = merge_overrides([('preflight_variant_overrides', fleet), ('preflight_variant_overrides_gpu_h200', group),
+                              ('preflight_variant_overrides_zz_host', host)])
+    assert merged['sm90-patched'] == {'model': {'revision': 'a' * 40}, 'env': {'X': '9'},
+                                      'image': {'digest': 'sha256:' + '1' * 64, 'reference': 'reg/x:2'}}
+    assert merged['sm100'] == {'env': {'A': '1'}}
+    assert fleet['sm90-patched'] == {'model': {'revision': 'a' * 40}, 'image': {'digest': 'sha256:' + '1' * 64}}
+
+
+def test_a_bad_override_layer_is_named():
+    from ansible_collections.inkling.fleet.plugins.module_utils.variant import merge_overrides, VariantTableError
+    with pytest.raises(VariantTableError) as e:
+        merge_overrides([('preflight_variant_overrides_gpu_h200', {'sm90-patched': 'x'})])
+    assert e.value.errors == ["preflight_variant_overrides_gpu_h200: override 'sm90-patched' must be a dict, got str"]
