@@ -16,6 +16,13 @@ __metaclass__ = type
 import re
 
 HOOK_METHODS = ('GET', 'POST', 'PUT', 'PATCH', 'DELETE')
+# Tags the rollout's plays and roles carry (a name, or a name followed by _...). Skipping one
+# of them breaks the sequence; skipping others (molecule's notest, a site's own) is harmless.
+ROLLOUT_TAGS = ('preflight', 'stage', 'restart', 'hf_cache', 'image', 'service')
+
+
+def _rollout_tag(tag):
+    return any(tag == t or tag.startswith(t + '_') for t in ROLLOUT_TAGS)
 
 
 def _int(value):
@@ -113,6 +120,7 @@ def check_run(pattern, matched, play_hosts, limit, run_tags, skip_tags):
         problems.append('rollout_hosts %r matches %d host(s), but none is inside --limit %r; nothing would be '
                         'rolled out' % (pattern, len(matched), limit))
     tags = [t for t in (run_tags or ['all']) if t != 'all']
+    skip_tags = [t for t in (skip_tags or []) if _rollout_tag(t)]
     if tags or skip_tags:
         problems.append('--tags/--skip-tags (%s) are not supported by the rollout: every play needs what the '
                         'plays before it found (the variant, the staged image and snapshot). Run it without them; '

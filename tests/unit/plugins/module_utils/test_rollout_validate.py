@@ -60,7 +60,13 @@ def test_limit_inside_the_pattern_targets_only_those():
     assert problems == [] and targets == ['b']
 
 
-@pytest.mark.parametrize('tags,skip', [(['restart'], []), (['all'], ['stage'])])
+def test_skipping_tags_the_rollout_does_not_use_is_fine():
+    problems, _t = v.check_run('x', ['a'], ['a'], None, ['all'], ['molecule-notest', 'notest'])
+    assert problems == []
+
+
+@pytest.mark.parametrize('tags,skip', [(['restart'], []), (['all'], ['stage']), (['all'], ['preflight_fix']),
+                                       (['all'], ['image_prune', 'notest'])])
 def test_tags_are_refused_with_the_supported_way(tags, skip):
     problems, _t = v.check_run('x', ['a'], ['a'], None, tags, skip)
     assert len(problems) == 1 and 'for preflight alone run playbooks/preflight.yml' in problems[0]
