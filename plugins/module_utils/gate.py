@@ -117,6 +117,19 @@ class Observation(object):
         self.error = error
 
 
+def describe(obs):
+    """The last answers of one poll, in words (for progress lines)."""
+    def code(status):
+        return 'no answer' if status is None else 'HTTP %s' % status
+    parts = ['unit %s/%s' % (obs.active_state or '?', obs.sub_state or '?')]
+    parts.append('/health %s' % code(obs.health_status))
+    if obs.models_status is not None:
+        parts.append('/v1/models %s' % code(obs.models_status))
+    if obs.completion_status is not None or obs.completion_latency is not None:
+        parts.append('completion %s' % code(obs.completion_status))
+    return ', '.join(parts)
+
+
 class GateObserver(object):
     """Decide, poll after poll, whether a freshly (re)started server is ready."""
 
@@ -131,6 +144,24 @@ class GateObserver(object):
         self.phase = 'starting'
         self.message = ''
         self.timings = {}
+
+    STATE_KEYS = ('health_seen_ok', 'phase', 'message', 'timings', 'baseline_restarts')
+
+    def to_state(self):
+        """What a later round needs to go on where this one stopped (JSON-able)."""
+        return dict((k, getattr(self, k)) for k in self.STATE_KEYS)
+
+    def load_state(self, state):
+        for key in self.STATE_KEYS:
+            if key in (state or {}):
+                setattr(self, key, state[key])
+        return self
+
+    def awaiting(self):
+        """What the gate waits for now, in words."""
+        return {'starting': '/health to answer 200',
+                'health_ok': '/v1/models to list %s' % self.served_model_name,
+                'models_ok': 'a completion'}.get(self.phase, self.phase)
 
     def _fail(self, message):
         self.phase = 'failed'

@@ -82,6 +82,7 @@ RULES = (
     ('rollout_gate_timeout_s', 'int', lambda v: v >= 1, 'a whole number of seconds >= 1 (default 4200, F15)'),
     ('rollout_gate_poll_s', 'num', lambda v: v > 0, 'a number of seconds > 0'),
     ('rollout_gate_latency_budget_s', 'num', lambda v: v > 0, 'a number of seconds > 0'),
+    ('rollout_gate_progress_s', 'num', lambda v: v >= 0, 'a number of seconds >= 0 (0: no progress lines)'),
     ('rollout_drain_wait_s', 'int', lambda v: v >= 0, 'a whole number of seconds >= 0'),
     ('rollout_service_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
     ('rollout_gate_completion', 'bool', lambda v: True, 'true or false'),

@@ -83,9 +83,29 @@ options:
     description: How many journal lines to read and return on failure.
     type: int
     default: 200
+  progress_interval_s:
+    description:
+      - Seconds between progress lines. The action plugin runs the module in rounds of this length and prints
+        one line per round on the controller (elapsed of O(timeout_s), what the gate awaits, the last answers),
+        then goes on where the round stopped. 0 runs the module in one go, printing nothing.
+    type: float
+    default: 30
+  round_s:
+    description: Internal (set by the action plugin); return after this many seconds with C(decision=continue). 0 for no limit.
+    type: float
+    default: 0
+  state:
+    description: Internal (set by the action plugin); what the previous round had seen.
+    type: dict
+  elapsed_offset_s:
+    description: Internal (set by the action plugin); seconds the previous rounds took.
+    type: float
+    default: 0
 notes:
   - Check mode is supported; the module then only reports the unit's current state.
   - The module makes HTTP requests from the managed host, so the server may bind to loopback.
+  - An action plugin of the same name runs it in rounds (O(progress_interval_s)) so that the connection is not
+    held for an hour and the operator sees progress; no C(async) is needed.
 seealso:
   - name: vLLM health endpoint
     description: C(/health) returns 200 when healthy and 503 after the engine died.
@@ -146,6 +166,21 @@ journal_tail:
   returned: when failed
   type: list
   elements: str
+decision:
+  description: C(ready), C(failed), or C(continue) when a round (O(round_s)) ended first.
+  returned: always
+  type: str
+  sample: ready
+last:
+  description: The last poll's answers in words.
+  returned: always
+  type: str
+  sample: unit active/running, /health HTTP 200, /v1/models HTTP 200, completion HTTP 200
+rounds:
+  description: Rounds the action plugin ran.
+  returned: always
+  type: int
+  sample: 21
 '''
 
 import json
@@ -155,7 +190,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.request import Request, build_opener, ProxyHandler
 from ansible_collections.inkling.fleet.plugins.module_utils.gate import (
-    CONTINUE, READY, GateObserver, Observation, classify_journal)
+    CONTINUE, READY, GateObserver, Observation, classify_journal, describe)
 
 
 def _http(opener, method, url, timeout, api_key=None, payload=None):
@@ -214,6 +249,10 @@ def main():
             baseline_restarts=dict(type='int'),
             api_key=dict(type='str', no_log=True),
             journal_lines=dict(type='int', default=200),
+            progress_interval_s=dict(type='float', default=30.0),
+            round_s=dict(type='float', default=0.0),
+            state=dict(type='dict'),
+            elapsed_offset_s=dict(type='float', default=0.0),
         ),
         supports_check_mode=True,
     )
@@ -227,11 +266,17 @@ def main():
                          timings={}, n_restarts=restarts, cause=None)
 
     gate = GateObserver(p['served_model_name'], p['timeout_s'], baseline_restarts=p['baseline_restarts'],
-                        completion=p['completion'], latency_budget_s=p['latency_budget_s'])
+                        completion=p['completion'], latency_budget_s=p['latency_budget_s']).load_state(p['state'])
     opener = build_opener(ProxyHandler({}))
-    start = time.time()
+    start = time.time() - p['elapsed_offset_s']
+    round_start = time.time()
     decision = CONTINUE
+    last = ''
     while decision == CONTINUE:
+        if p['round_s'] > 0 and time.time() - round_start >= p['round_s']:
+            module.exit_json(changed=False, ready=False, decision='continue', elapsed_s=round(time.time() - start, 1),
+                             phase=gate.phase, timings=gate.timings, n_restarts=restarts, cause=None,
+                             state=gate.to_state(), awaiting=gate.awaiting(), last=last)
         elapsed = time.time() - start
         active, sub, restarts = _unit_state(module, unit)
         want = gate.wants()
@@ -247,11 +292,13 @@ def main():
                 opener, 'POST', base + '/v1/completions',
                 max(p['request_timeout_s'], p['latency_budget_s'] + 1), p['api_key'], payload)
         decision = gate.observe(obs)
+        last = describe(obs)
         if decision == CONTINUE:
             time.sleep(p['poll_interval_s'])
 
     result = dict(changed=False, ready=decision == READY, elapsed_s=round(time.time() - start, 1),
-                  phase=gate.phase, timings=gate.timings, n_restarts=restarts, cause=None)
+                  phase=gate.phase, timings=gate.timings, n_restarts=restarts, cause=None,
+                  decision='ready' if decision == READY else 'failed', last=last)
     if decision == READY:
         module.exit_json(**result)
 

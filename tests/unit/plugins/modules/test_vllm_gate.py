@@ -191,3 +191,66 @@ def test_check_mode_reads_the_unit_and_makes_no_request(tmp_path, server):
     assert server.requests == []
     rc, res, dummy = gate(tmp_path, server, [active(0, 'inactive', 'dead')], check_mode=True)
     assert res['ready'] is False
+
+
+# -- rounds (the action plugin's progress lines) ---------------------------------------------------
+
+def test_a_round_ends_with_the_state_and_the_next_round_goes_on_from_it(tmp_path, server):
+    server.answers['/health'] = [(200, {})]
+    server.answers['/v1/models'] = [(200, models('other'))]
+    rc, res, elapsed = gate(tmp_path, server, [active()], round_s=0.3, timeout_s=30)
+    assert rc == 0 and res['decision'] == 'continue' and res['ready'] is False, res
+    assert res['state']['health_seen_ok'] is True and res['state']['phase'] == 'health_ok'
+    assert res['awaiting'] == '/v1/models to list inkling'
+    assert res['last'] == 'unit active/running, /health HTTP 200, /v1/models HTTP 200'
+    assert elapsed < 10
+    # The next round remembers /health had answered 200: a 503 now means the engine died.
+    server.answers['/health'] = [(503, {})]
+    rc2, res2, dummy = gate(tmp_path / 'r2', server, [active()], round_s=5, state=res['state'],
+                            elapsed_offset_s=res['elapsed_s'], timeout_s=30)
+    assert rc2 == 1
+    assert '/health answered 503 after it had answered 200: the engine died' in res2['msg']
+
+
+PLAY = '''- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Gate
+      inkling.fleet.vllm_gate:
+        unit: {unit}
+        url: http://127.0.0.1:{port}
+        served_model_name: {model}
+        timeout_s: 30
+        poll_interval_s: 0.05
+        completion: false
+        progress_interval_s: 0.4
+      register: gated
+    - name: Show
+      ansible.builtin.debug:
+        msg: "ROUNDS={{{{ gated.rounds }}}} READY={{{{ gated.ready }}}}"
+'''
+
+
+def test_the_action_plugin_prints_a_progress_line_per_round_and_decides_like_one_run(tmp_path, server):
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+    server.answers['/health'] = [(503, {})] * 25 + [(200, {})]
+    server.answers['/v1/models'] = [(200, models(MODEL))]
+    bindir = tmp_path / 'bin'
+    bindir.mkdir()
+    (bindir / 'systemctl').write_text(SYSTEMCTL.format(python=sys.executable))
+    (bindir / 'systemctl').chmod(0o755)
+    (tmp_path / 'states.json').write_text(json.dumps([active()]))
+    (tmp_path / 'play.yml').write_text(PLAY.format(unit=UNIT, port=server.server_address[1], model=MODEL))
+    env = dict(os.environ, PATH=str(bindir) + os.pathsep + os.environ['PATH'], GATE_STATES=str(tmp_path / 'states.json'),
+               ANSIBLE_CONFIG=os.path.join(repo, 'ansible.cfg'), ANSIBLE_NOCOLOR='1')
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', 'localhost,', '-c',
+                           'local', '-e', 'ansible_python_interpreter=' + sys.executable, str(tmp_path / 'play.yml')],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('localhost - gate: ')]
+    assert len(lines) >= 2, proc.stdout
+    assert lines[0].endswith('of 30s, awaiting /health to answer 200; last: unit active/running, /health HTTP 503')
+    rounds = int(proc.stdout.split('ROUNDS=')[1].split()[0])
+    assert rounds == len(lines) + 1 and 'READY=True' in proc.stdout
