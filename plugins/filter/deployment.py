@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters building the deployment contract (plugins/module_utils/contract.py)."""
+"""Filters of the rollout: the deployment contract (plugins/module_utils/contract.py), restart
+reasons (rollout.py) and variant override layers (variant.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.inkling.fleet.plugins.module_utils import contract, rollout
+from ansible_collections.inkling.fleet.plugins.module_utils import variant as variant_table
 
 
 def deployment_contract(variant, host, hub_cache_dir=None):
@@ -28,7 +30,14 @@ def restart_reasons(after, before, active, unit_changed=False):
     return rollout.restart_reasons(before, after, bool(active), bool(unit_changed))
 
 
+def merge_variant_overrides(values, names):
+    try:
+        return variant_table.merge_overrides(list(zip(names, values)))
+    except variant_table.VariantTableError as e:
+        raise AnsibleFilterError('; '.join(e.errors))
+
+
 class FilterModule(object):
     def filters(self):
         return {'deployment_contract': deployment_contract, 'deployment_pinned': deployment_pinned,
-                'restart_reasons': restart_reasons}
+                'restart_reasons': restart_reasons, 'merge_variant_overrides': merge_variant_overrides}

@@ -418,8 +418,8 @@ def render_markdown(journal, width=60):
         out += ['| host | run | down at (s) | up at (s) | unavailable (s) |', '| --- | --- | --- | --- | --- |']
         for t, host, r in bars:
             up = ('%.1f' % (float(r['t_ready']) - t0)) if r.get('t_ready') is not None else 'not back'
-            out.append('| %s | %s | %.1f | %s | %s |' % (host, r.get('run', 1), t - t0, up,
-                                                        _cell(r.get('unavailable_s'))))
+            cells = (host, r.get('run', 1), t - t0, up, _cell(r.get('unavailable_s')))
+            out.append('| %s | %s | %.1f | %s | %s |' % cells)
         out += ['', 'The axis spans %.1f s.' % span, '', '```text']
         for t, host, r in bars:
             a = min(int((t - t0) / span * width), width - 1)
@@ -432,8 +432,9 @@ def render_markdown(journal, width=60):
         for t, host, r in bars:
             failed = r.get('rolled_back') or r.get('not_back') or r.get('interrupted')
             if r.get('t_ready') is not None:
-                label = 'down %s s%s :%s, %d, %d' % (r.get('unavailable_s'), ' (failed)' if failed else '',
-                                                    'crit' if failed else 'active', int(t), int(float(r['t_ready'])))
+                label = 'down %s s%s :%s, %d, %d' % (
+                    r.get('unavailable_s'), ' (failed)' if failed else '', 'crit' if failed else 'active', int(t),
+                    int(float(r['t_ready'])))
             else:
                 label = 'down - not back (failed) :crit, %d, %d' % (int(t), int(t0 + span))
             out += ['    section %s' % host, '    ' + label]
@@ -442,9 +443,8 @@ def render_markdown(journal, width=60):
     for host, rec in sorted(journal.get('hosts', {}).items()):
         steps = ['%s %s%s' % (e.get('t', ''), e.get('phase'), (': ' + e['message']) if e.get('message') else '')
                  for e in rec.get('events', [])]
-        out.append('- **%s** (run %s): %s' % (host, ', '.join(sorted(set(str(e.get('run')) for e in
-                                                                           rec.get('events', []))) or '-'),
-                                             '; '.join(steps) or '-'))
+        runs = ', '.join(sorted(set(str(e.get('run')) for e in rec.get('events', [])))) or '-'
+        out.append('- **%s** (run %s): %s' % (host, runs, '; '.join(steps) or '-'))
     return '\n'.join(out) + '\n'
 
 
