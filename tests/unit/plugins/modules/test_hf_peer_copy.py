@@ -50,7 +50,7 @@ def render_rsyncd(cache, port, rundir=None, address='127.0.0.1'):
         '__hf_cache_peer_rundir': rundir or os.path.join(cache, 'run'),
         'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
         '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsync_excludes': EXCLUDES,
-        '__hf_cache_peers': ['src', 'dst'], 'hostvars': hostvars}).template(trust_as_template(source))
+        '__hf_cache_fanout': {'peers': ['src', 'dst']}, 'hostvars': hostvars}).template(trust_as_template(source))
     if os.geteuid() != 0:   # chroot and uid switching need root (CI runs as root)
         text = text.replace('use chroot = yes', 'use chroot = no')
         text = '\n'.join(l for l in text.splitlines() if not l.startswith(('uid =', 'gid =')))
