@@ -27,7 +27,7 @@ ARGUMENT_SPEC = dict(
     interval_s=dict(type='float', default=30),
     timeout_s=dict(type='int', default=172800),
     stall_timeout_s=dict(type='int', default=300),
-    poll_s=dict(type='float', default=1.0),
+    poll_s=dict(type='float', default=5.0),
     label=dict(type='str', default='the background job'),
     fail_on_job_failure=dict(type='bool', default=True),
 )

@@ -71,7 +71,7 @@ def next_delay(now, start, next_line, interval_s, timeout_s, poll_s):
 
 
 def follow(poll, sleep, clock, interval_s, timeout_s, show=None, host='this host', stall_timeout_s=None,
-           poll_s=1.0, label='the job'):
+           poll_s=5.0, label='the job'):
     """Follow a background job until it ends or ``timeout_s`` seconds have passed.
 
     ``poll()`` returns ``(progress, job)``: the progress file's content (None before the job wrote

@@ -621,7 +621,8 @@ def main():
         except (hc.HfCacheError, IOError, OSError) as exc:
             module.fail_json(msg='%s: %s' % (host_name(), exc), holder=False, reason='failed')
     except SystemExit as exc:
-        if exc.code:               # fail_json; an exit without a verified snapshot marked itself (finish)
+        # fail_json exits with 1; an exit without a verified snapshot marked itself (finish)
+        if exc.code not in (None, 0):
             mark_gave_up(module.params)
         raise
     except Exception:

@@ -21,7 +21,9 @@ description:
   - 'One loop, not one task per round: a wait of 48 hours at 30 s is 5,760 rounds of a Python loop, with no
     task file including itself (ansible-core 2.19 stopped such a file after 246 rounds with C(maximum recursion
     depth exceeded)).'
-  - The job is polled every O(poll_s) seconds, so its end is seen within O(poll_s) whatever O(interval_s) is.
+  - The job is polled every O(poll_s) seconds (every O(interval_s) when that is shorter), so its end is seen within
+    O(poll_s) whatever O(interval_s) is. Each poll is one command on the host (through C(become) when the play
+    uses it), so a poll every second for hours would fill the host's auth log; keep O(poll_s) at a few seconds.
   - Fails when the job failed (with the job's own message, unless O(fail_on_job_failure=false)), when the
     wait ran out of time, or when the job's async status file is gone.
   - An action plugin. The loop runs on the controller; each poll runs one shell command on the host that
@@ -53,7 +55,7 @@ options:
   poll_s:
     description: Seconds between two looks at the job (at most; a line falls due sooner when O(interval_s) is shorter).
     type: float
-    default: 1.0
+    default: 5.0
   label:
     description: What the job is, for the messages (C(the download of gpu-07)).
     type: str

@@ -63,7 +63,8 @@ def test_a_failed_jobs_message():
 
 def test_one_line_per_interval_and_the_end_within_a_poll():
     clock, lines = Clock(), []
-    out = hf_wait.follow(job_until(clock, 1095.5), clock.sleep, clock, 30, 3600, show=lines.append, host='gpu-07')
+    out = hf_wait.follow(job_until(clock, 1095.5), clock.sleep, clock, 30, 3600, show=lines.append, host='gpu-07',
+                         poll_s=1.0)
     # lines at 30, 60 and 90 s, then the end (seen at the first poll after 95.5 s)
     assert out['rounds'] == 4 == len(lines)
     assert out['finished'] and not out['timed_out'] and out['job'] == {'changed': True, 'finished': True}
@@ -71,6 +72,13 @@ def test_one_line_per_interval_and_the_end_within_a_poll():
     assert lines[0] == 'gpu-07: 30 B of 1000 B (3.0%), 10 B/s, 0:01:37 left, file 0/2'
     assert lines[-1].startswith('gpu-07: 1000 B of 1000 B (100.0%)') and lines[-1].endswith('[done]')
     assert max(clock.sleeps) <= 1.0
+
+
+def test_by_default_the_job_is_polled_every_5_s():
+    clock = Clock()
+    out = hf_wait.follow(job_until(clock, 1095.5), clock.sleep, clock, 30, 3600)
+    assert out['polls'] == 21 and out['waited_s'] == 100 and out['rounds'] == 4
+    assert set(clock.sleeps) == {5.0}
 
 
 def test_the_wait_is_bounded_by_the_timeout():
@@ -92,7 +100,9 @@ def test_a_missing_status_file_stops_the_wait_with_a_remedy():
 
 def test_a_stall_is_shown_and_the_wait_goes_on():
     clock, lines = Clock(), []
-    stalled = lambda done: progress(5, since=int(clock() - 1000))  # noqa: E731
+
+    def stalled(done):
+        return progress(5, since=int(clock() - 1000))
     out = hf_wait.follow(job_until(clock, 1700, prog=stalled), clock.sleep, clock, 300, 3600, show=lines.append,
                          stall_timeout_s=300)
     assert lines[0].endswith('file 0/2 [stalled for 300s]') and out['finished'] and len(lines) == 3
