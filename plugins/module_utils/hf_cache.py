@@ -742,7 +742,7 @@ def peer_sources(host, peers, roots):
 
 
 # --------------------------------------------------------------------------
-# progress file (hf_download, hf_peer_copy; read by hf_progress)
+# progress file (hf_download, hf_peer_copy; read by hf_progress and hf_wait)
 # --------------------------------------------------------------------------
 
 class Progress(object):
@@ -873,7 +873,8 @@ def progress_message(progress):
         return 'waiting for %s to hold a verified snapshot%s (%s so far)' % (
             progress.get('source') or 'a peer',
             (', and for %s, which it serves first' % progress['after']) if progress.get('after') else '',
-            human_duration(int(time.time()) - int(progress.get('started') or time.time())))
+            # the host's own clock (updated is written with every look): read on the controller too
+            human_duration(int(progress.get('updated') or time.time()) - int(progress.get('started') or time.time())))
     total = progress.get('bytes_total') or 0
     if progress.get('state') == 'failed' and not total and progress.get('error'):
         return '[failed]: %s' % progress['error']

@@ -26,8 +26,9 @@ description:
     C(.inkling/COMMIT.complete), written last by M(inkling.fleet.hf_snapshot) or by this module, is served by the
     source''s rsync daemon module C(inkling-hf-markers).'
   - When the source fails (listed in O(control_file) by the role, its daemon unreachable for
-    O(unreachable_timeout_s), or its rsync failing after O(retries) retries), the receiver copies from the source's
-    ancestors, then from any other peer that holds the snapshot. With
+    O(unreachable_timeout_s), its rsync failing after O(retries) retries, or, with O(gave_up_file), its own copy
+    ended without a verified snapshot), the receiver copies from the source's ancestors, then from any other peer
+    that holds the snapshot. With
     C(abort) in O(control_file), or when every other peer has failed, it gives up without error and returns
     RV(holder=false) with RV(reason=no_source); the role then stages that host from the hub.
   - 'Before copying it fetches the source''s manifest and checks the free space for the blobs it lacks, plus
@@ -127,6 +128,17 @@ options:
     description: This run's identifier, written by the role as C(run) in O(control_file).
     type: str
     required: true
+  gave_up_file:
+    description:
+      - File this receiver creates (empty) when it ends without a verified snapshot (it gave up, its copy failed
+        verification, or the module failed), so that its own receivers copy from another peer at once instead of
+        waiting for it.
+      - The other receivers look for a file of the same name in the daemon module C(inkling-hf-run) of each
+        source that does not hold the snapshot yet; the role serves the directory of this file there. The name
+        carries the run id the hosts of one staging share, so a file left by another run is never read.
+      - Omitted, nothing is written and only O(control_file), unreachable daemons and failed copies make a
+        source fail.
+    type: path
   poll_interval_s:
     description: Seconds between two looks at the source's completion marker.
     type: float
@@ -231,7 +243,7 @@ failed_sources:
   type: list
   elements: str
 copy_errors:
-  description: 'The rsync error of each failed source, as C(PEER: rsync rc N: message).'
+  description: 'Why each failed source failed, as C(PEER: rsync rc N: message) or C(PEER: it gave up ...).'
   returned: always
   type: list
   elements: str
@@ -249,6 +261,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as h
 
 CACHE_MODULE = 'inkling-hf'
 MARKERS_MODULE = 'inkling-hf-markers'
+RUN_MODULE = 'inkling-hf-run'
 
 
 def host_name():
@@ -279,19 +292,33 @@ class Peers(object):
             return set(self.failed), False, ''      # none yet, or left by an interrupted run
         return set(data.get('dead') or []) | set(self.failed), bool(data.get('abort')), data.get('reason') or ''
 
+    def listed(self, name, module, path):
+        """rsync's exit status listing path in name's daemon module: 0 listed, 23 not there."""
+        url = rsync_url(self.addr[name], self.p['port'], module, path)
+        try:
+            return subprocess.run(['rsync', '--list-only', '--contimeout=10', '--timeout=30', url],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+                                  check=False).returncode
+        except subprocess.TimeoutExpired:
+            return 30
+
     def holds(self, name):
         """True when name's daemon serves the completion marker of the commit. A daemon that does not
-        answer for unreachable_timeout_s makes name a failed source."""
-        url = rsync_url(self.addr[name], self.p['port'], MARKERS_MODULE, self.p['revision'] + '.complete')
-        try:
-            rc = subprocess.run(['rsync', '--list-only', '--contimeout=10', '--timeout=30', url],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
-                                check=False).returncode
-        except subprocess.TimeoutExpired:
-            rc = 30
-        if rc in (0, 23):          # answered: the marker is there (0) or not yet (23, file not found)
+        answer for unreachable_timeout_s, or one that serves this run's gave-up file, makes name a failed
+        source."""
+        rc = self.listed(name, MARKERS_MODULE, self.p['revision'] + '.complete')
+        if rc == 0:
             self.unreachable.pop(name, None)
-            return rc == 0
+            return True
+        # 23: no marker yet; 5: the daemon answered with an error (a markers directory missing)
+        if rc in (5, 23) and self.p['gave_up_file'] and name not in self.failed and \
+                self.listed(name, RUN_MODULE, os.path.basename(self.p['gave_up_file'])) == 0:
+            self.failed.append(name)
+            self.errors.append('%s: it gave up (its own copy ended without a verified snapshot)' % name)
+            return False
+        if rc == 23:               # answered: the marker is not there yet (file not found)
+            self.unreachable.pop(name, None)
+            return False
         since = self.unreachable.setdefault(name, time.time())
         if time.time() - since >= self.p['unreachable_timeout_s'] and name not in self.failed:
             self.failed.append(name)
@@ -447,7 +474,24 @@ def verify_and_commit(module, rdir, entries, requested, result):
     return True
 
 
+def mark_gave_up(p):
+    """Tell this host's receivers, through its daemon, that it will not hold the snapshot in this run."""
+    path = p.get('gave_up_file')
+    if not path:
+        return
+    try:
+        if not os.path.isdir(os.path.dirname(path)):
+            os.makedirs(os.path.dirname(path))
+        with open(path, 'w'):
+            pass
+        os.chmod(path, 0o644)
+    except (IOError, OSError):
+        pass                       # the receivers still fail this host over when its daemon stops
+
+
 def finish(module, result, state, note=None):
+    if not result['holder']:
+        mark_gave_up(module.params)
     hc.write_json_atomic(module.params['progress_file'], {
         'state': state, 'error': note, 'source': result.get('source'), 'bytes_total': result.get('bytes_total', 0),
         'bytes_done': result.get('bytes_total', 0) if result['holder'] else 0, 'updated': int(time.time()),
@@ -475,6 +519,10 @@ def run(module):
     # a marker this host still has (a manifest made with other patterns, say) must not make it
     # look like a holder to its receivers while it copies
     hc.clear_marker(rdir, p['revision'])
+    # the markers directory its daemon serves: a receiver without one would answer its own receivers
+    # with an error (chroot failed) and count as unreachable after unreachable_timeout_s
+    if not os.path.isdir(hc.state_dir(rdir)):
+        os.makedirs(hc.state_dir(rdir))
     want = hc.patterns_key(p['allow_patterns'], p['ignore_patterns'])
     t0 = time.time()
     peers = Peers(p)
@@ -555,6 +603,7 @@ def main():
             progress_file=dict(type='path', required=True),
             control_file=dict(type='path', required=True),
             control_id=dict(type='str', required=True),
+            gave_up_file=dict(type='path'),
             poll_interval_s=dict(type='float', default=1.0),
             retries=dict(type='int', default=3),
             unreachable_timeout_s=dict(type='int', default=120),
@@ -564,14 +613,21 @@ def main():
         supports_check_mode=False,
     )
     try:
-        hc.repo_folder_name(module.params['repo_id'])
-        if not os.path.isdir(module.params['cache_dir']):
-            os.makedirs(module.params['cache_dir'])
-        run(module)
-    except hc.HfCacheError as exc:
-        module.fail_json(msg='%s: %s' % (host_name(), exc), holder=False, reason='failed')
-    except (IOError, OSError) as exc:
-        module.fail_json(msg='%s: %s' % (host_name(), exc), holder=False, reason='failed')
+        try:
+            hc.repo_folder_name(module.params['repo_id'])
+            if not os.path.isdir(module.params['cache_dir']):
+                os.makedirs(module.params['cache_dir'])
+            run(module)
+        except (hc.HfCacheError, IOError, OSError) as exc:
+            module.fail_json(msg='%s: %s' % (host_name(), exc), holder=False, reason='failed')
+    except SystemExit as exc:
+        # fail_json exits with 1; an exit without a verified snapshot marked itself (finish)
+        if exc.code not in (None, 0):
+            mark_gave_up(module.params)
+        raise
+    except Exception:
+        mark_gave_up(module.params)
+        raise
 
 
 if __name__ == '__main__':

@@ -15,8 +15,8 @@ version_added: 0.1.0
 description:
   - Reads the progress file that M(inkling.fleet.hf_download) or M(inkling.fleet.hf_peer_copy) writes,
     waiting up to O(wait_s) seconds or until the download ends, and returns the progress with a one-line message (bytes done of total,
-    rate, time left, files). A role polls it in a loop so that long transfers show progress while they
-    run instead of staying silent.
+    rate, time left, files), a one-shot look. The C(inkling.fleet.hf_cache) role follows its jobs with
+    M(inkling.fleet.hf_wait) instead, which prints the same line every round of one bounded loop.
   - Reports C(stalled) when the download made no progress for O(stall_timeout_s) seconds.
 author:
   - inkling.fleet contributors (@inkling-fleet)
@@ -38,6 +38,7 @@ notes:
 seealso:
   - module: inkling.fleet.hf_download
   - module: inkling.fleet.hf_peer_copy
+  - module: inkling.fleet.hf_wait
 '''
 
 EXAMPLES = r'''
@@ -77,6 +78,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_wait
 
 
 def main():
@@ -102,9 +104,7 @@ def main():
         module.exit_json(changed=False, finished=False, stalled=False, progress={},
                          msg='waiting for the downloader to start (%s)' % p['progress_file'])
     stalled = prog.get('state') == 'running' and (prog.get('seconds_since_progress') or 0) >= p['stall_timeout_s']
-    msg = hc.progress_message(prog)
-    if stalled:
-        msg += ' [stalled for %ds]' % prog['seconds_since_progress']
+    msg = hf_wait.progress_line(prog, p['stall_timeout_s'])
     module.exit_json(changed=False, finished=prog.get('state') in ('done', 'failed'), stalled=stalled,
                      progress=prog, msg=msg)
 

@@ -40,16 +40,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def render_rsyncd(cache, port):
-    """The role's daemon configuration for a host at 127.0.0.1 serving cache."""
+def render_rsyncd(cache, port, rundir=None, address='127.0.0.1'):
+    """The role's daemon configuration for a host at address serving cache (and rundir, the copy jobs' state)."""
     with open(TEMPLATE) as f:
         source = f.read()
     hostvars = {'src': {'__hf_cache_peer_addr': '127.0.0.1'}, 'dst': {'__hf_cache_peer_addr': '127.0.0.1'}}
     text = Templar(loader=DataLoader(), variables={
-        'ansible_managed': 'test', '__hf_cache_peer_addr': '127.0.0.1', 'hf_cache_peer_port': port,
+        'ansible_managed': 'test', '__hf_cache_peer_addr': address, 'hf_cache_peer_port': port,
+        '__hf_cache_peer_rundir': rundir or os.path.join(cache, 'run'),
         'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
         '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsync_excludes': EXCLUDES,
-        '__hf_cache_peers': ['src', 'dst'], 'hostvars': hostvars}).template(trust_as_template(source))
+        '__hf_cache_fanout': {'peers': ['src', 'dst']}, 'hostvars': hostvars}).template(trust_as_template(source))
     if os.geteuid() != 0:   # chroot and uid switching need root (CI runs as root)
         text = text.replace('use chroot = yes', 'use chroot = no')
         text = '\n'.join(l for l in text.splitlines() if not l.startswith(('uid =', 'gid =')))
@@ -64,19 +65,25 @@ def source(tmp_path_factory, hub):  # pylint: disable=redefined-outer-name
     plan, fin = stage(tmp, hub, cache)
     assert fin['complete'] is True
     port = free_port()
-    conf = tmp / 'rsyncd.conf'
-    conf.write_text(render_rsyncd(cache, port))
+    proc = start_daemon(tmp, cache, port)
+    yield {'cache': cache, 'port': port, 'commit': hub['commit'], 'rdir': hc.repo_dir(cache, REPO_ID)}
+    proc.terminate()
+    proc.wait(10)
+
+
+def start_daemon(tmp, cache, port, rundir=None, address='127.0.0.1'):
+    """An rsync daemon with the role's configuration, answering on address:port."""
+    conf = tmp / ('rsyncd-%s.conf' % address)
+    conf.write_text(render_rsyncd(cache, port, rundir, address))
     proc = subprocess.Popen(['rsync', '--daemon', '--no-detach', '--config=%s' % conf],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for dummy in range(50):
         try:
-            socket.create_connection(('127.0.0.1', port), 0.2).close()
+            socket.create_connection((address, port), 0.2).close()
             break
         except OSError:
             time.sleep(0.1)
-    yield {'cache': cache, 'port': port, 'commit': hub['commit'], 'rdir': hc.repo_dir(cache, REPO_ID)}
-    proc.terminate()
-    proc.wait(10)
+    return proc
 
 
 def when_waiting(tmp_path, seen, delay, action):
@@ -185,7 +192,9 @@ def test_abort_gives_up_without_error(tmp_path, source):
     assert rc == 0, res
     assert res['holder'] is False and res['reason'] == 'no_source' and res['changed'] is False
     assert 'the seed failed' in res['msg'] and 'hub' in res['msg']
-    assert not os.path.exists(hc.repo_dir(str(tmp_path / 'cache'), REPO_ID))
+    # nothing copied: only the (empty) markers directory its daemon serves to its own receivers
+    rdir = hc.repo_dir(str(tmp_path / 'cache'), REPO_ID)
+    assert os.listdir(rdir) == ['.inkling'] and os.listdir(hc.state_dir(rdir)) == []
 
 
 def test_every_other_peer_dead_gives_up(tmp_path, source):
@@ -281,3 +290,99 @@ def test_a_stale_marker_of_the_receiver_is_cleared_first(tmp_path, source):
     rc, res = copy(tmp_path, source, dest, P(('root', DEAD), ('dst', DEAD)), ['root'], control={'abort': True})
     assert rc == 0 and res['reason'] == 'no_source', res
     assert not os.path.exists(hc.marker_path(rdir, source['commit']))
+
+
+def test_a_receiver_that_gives_up_says_so_and_its_receivers_copy_from_the_ancestor(tmp_path, source):
+    """peers root, a, b, c: c's parent a ended without a snapshot (here: it found no source) and wrote its
+    gave-up file, served by a's daemon: c copies from root at once, without the role telling it."""
+    # a gives up (its only source is dead), writing the file of this run
+    a_tmp = tmp_path / 'a'
+    a_tmp.mkdir()
+    a_run = a_tmp / 'run'
+    rc, res = copy(a_tmp, source, str(a_tmp / 'cache'), P(('root', DEAD), ('a', DEAD)), ['root'], host='a',
+                   control={'dead': ['root']}, gave_up_file=str(a_run / 'run-1.gave-up'))
+    assert rc == 0 and res['reason'] == 'no_source', res
+    assert os.listdir(str(a_run)) == ['run-1.gave-up']
+    # a's daemon at 127.0.0.2 (same port) serves its empty cache and that file
+    proc = start_daemon(a_tmp, str(a_tmp / 'cache'), source['port'], str(a_run), '127.0.0.2')
+    try:
+        peers = P(('root', '127.0.0.1'), ('a', '127.0.0.2'), ('b', DEAD), ('c', DEAD))
+        c_tmp = tmp_path / 'c'
+        c_tmp.mkdir()
+        rc, res = copy(c_tmp, source, str(c_tmp / 'cache'), peers, ['root'], host='c',
+                       gave_up_file=str(c_tmp / 'run' / 'run-1.gave-up'))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert rc == 0, res
+    assert res['holder'] is True and res['source'] == 'root' and res['failed_sources'] == ['a']
+    assert res['copy_errors'] == ['a: it gave up (its own copy ended without a verified snapshot)']
+    assert res['waited_s'] < 5
+    # a holder writes no such file
+    assert not os.path.exists(str(c_tmp / 'run' / 'run-1.gave-up'))
+
+
+def test_a_gave_up_file_of_another_run_is_not_read(tmp_path, source):
+    """The file's name carries the run: one left by an earlier run (its daemon kept) does not count."""
+    a_tmp = tmp_path / 'a'
+    (a_tmp / 'run').mkdir(parents=True)
+    (a_tmp / 'run' / 'run-0.gave-up').write_text('')
+    proc = start_daemon(a_tmp, str(a_tmp / 'cache'), source['port'], str(a_tmp / 'run'), '127.0.0.2')
+    seen = []
+    # c waits for a (its parent), which never holds here, until the role reports a as failed
+    t = when_waiting(tmp_path, seen, 1.5,
+                     lambda: (tmp_path / 'control.json').write_text(json.dumps({'run': 'run-1', 'dead': ['a']})))
+    t.start()
+    try:
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'),
+                       P(('root', '127.0.0.1'), ('a', '127.0.0.2'), ('b', DEAD), ('c', DEAD)), ['root'], host='c',
+                       gave_up_file=str(tmp_path / 'run' / 'run-1.gave-up'))
+    finally:
+        t.join()
+        proc.terminate()
+        proc.wait(10)
+    assert rc == 0, res
+    assert res['holder'] is True and res['source'] == 'root' and res['waited_s'] >= 1.5
+    assert seen and seen[0].startswith('waiting for a to hold a verified snapshot')
+
+
+def test_the_run_module_serves_gave_up_files_only(tmp_path, source):
+    rundir = tmp_path / 'run'
+    rundir.mkdir()
+    for name in ('run-1.gave-up', 'peer.progress.json', 'peer-control.json'):
+        (rundir / name).write_text('{}')
+    proc = start_daemon(tmp_path, str(tmp_path / 'cache'), source['port'], str(rundir), '127.0.0.2')
+    try:
+        listing = subprocess.run(['rsync', '--list-only', 'rsync://127.0.0.2:%d/inkling-hf-run/' % source['port']],
+                                 stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert [line.split()[-1] for line in listing.splitlines() if not line.endswith(' .')] == ['run-1.gave-up']
+
+
+def test_a_receiver_that_waits_answers_its_own_receivers(tmp_path, source):
+    """A receiver's job creates its markers directory first: while it waits for its own source, its daemon
+    answers 'no marker yet' and its receivers wait for it (they do not count it unreachable and skip it)."""
+    a_tmp = tmp_path / 'a'
+    a_tmp.mkdir()
+    # a's job ran (and gave up here, with no gave_up_file): what it leaves is what a waiting job has made
+    rc, res = copy(a_tmp, source, str(a_tmp / 'cache'), P(('root', DEAD), ('a', DEAD)), ['root'], host='a',
+                   control={'abort': True})
+    assert rc == 0 and res['reason'] == 'no_source', res
+    proc = start_daemon(a_tmp, str(a_tmp / 'cache'), source['port'], str(a_tmp / 'run'), '127.0.0.2')
+    seen = []
+    t = when_waiting(tmp_path, seen, 2.5,
+                     lambda: (tmp_path / 'control.json').write_text(json.dumps({'run': 'run-1', 'dead': ['a']})))
+    t.start()
+    try:
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'),
+                       P(('root', '127.0.0.1'), ('a', '127.0.0.2'), ('b', DEAD), ('c', DEAD)), ['root'], host='c',
+                       unreachable_timeout_s=1)
+    finally:
+        t.join()
+        proc.terminate()
+        proc.wait(10)
+    assert rc == 0, res
+    assert res['holder'] is True and res['source'] == 'root' and res['waited_s'] >= 2.5
+    assert res['failed_sources'] == [] and res['copy_errors'] == []
