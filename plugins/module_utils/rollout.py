@@ -163,6 +163,9 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     for host in sorted(outcomes):
         outcome = outcomes[host]
         rec = journal['hosts'].setdefault(host, {'events': [], 'restarts': []})
+        # A new pass: an earlier run's message stays in the events, not on the host's line.
+        rec.pop('message', None)
+        rec.pop('remedy', None)
         if outcome.get('current'):
             rec['before'] = outcome['current']
         if outcome.get('contract'):
