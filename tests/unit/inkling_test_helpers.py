@@ -72,6 +72,16 @@ def capture_rows():
     return rows
 
 
+def podman_error_sections(name):
+    """{title: output} of a capture in fixtures/podman-errors (### title, then the output up to rc=)."""
+    text = read(os.path.join(HERE, 'fixtures', 'podman-errors', name))
+    out = {}
+    for block in text.split('### ')[1:]:
+        title, _sep, body = block.partition('\n')
+        out[title.strip()] = body.split('\nrc=', 1)[0]
+    return out
+
+
 def synth_rows(template, count, uuid_prefix='GPU-00000000-0000-0000-0000-0000000000'):
     """A synthesized table: the template row repeated with distinct index, UUID and bus id (not a capture)."""
     rows = []
