@@ -18,7 +18,7 @@ description:
     C(torch._C._cuda_getArchFlags()), which reads the build without touching a GPU
     (C(torch.cuda.get_arch_list()) is empty when no GPU is visible). A cubin of the same major version and a
     lower minor counts (binary compatible); only PTX, or nothing, fails.
-  - vLLM's own command line must accept the unit's arguments. The image's entrypoint decides how: C(vllm serve)
+  - vLLM's own command line must accept the unit's arguments, read the way the image's entrypoint reads them. C(vllm serve)
     images go through C(vllm.entrypoints.cli.main) with the serve command's dispatch replaced, so vLLM's parser
     and the subcommand's C(validate) run and nothing starts; C(python -m vllm.entrypoints.openai.api_server)
     images through C(make_arg_parser) and C(validate_parsed_serve_args).
