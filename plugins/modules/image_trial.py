@@ -86,7 +86,7 @@ options:
     type: int
     default: 600
 notes:
-  - Supports check mode, and runs in it: the trial is read-only and its answer is the preview.
+  - Supports check mode, and runs in it, because the trial is read-only and its answer is the preview.
 seealso:
   - module: inkling.fleet.quadlet_unit
 attributes:
