@@ -306,8 +306,8 @@ def check_cdi_version(specs, podman, table):
                        '(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)' % (upgrade, top),
                 message='CDI spec %s is cdiVersion %s%s, but podman %s reads CDI specs up to %s (built with '
                         'container-device-interface %s): podman skips the spec and fails with "unresolvable CDI '
-                        'devices nvidia.com/gpu=all"' % (path, effective, uses, version, top,
-                                                          row.get('cdi_library', '?'))))
+                        'devices nvidia.com/gpu=all"'
+                        % (path, effective, uses, version, top, row.get('cdi_library', '?'))))
         else:
             checks.append(result('cdi.version', True, 'cdiVersion %s' % effective, 'cdiVersion <= %s' % top,
                                  message='CDI spec %s is cdiVersion %s; podman %s reads up to %s'

@@ -228,10 +228,10 @@ def main():
     verdict = it.judge(p['host'], p['image'], answer, p['compute_caps'], rc, err)
     result = dict(changed=False, failures=verdict['failures'], elapsed_s=elapsed, entrypoint=entrypoint)
     if answer:
-        result.update(dict((k, answer.get(k)) for k in ('vllm_version', 'torch_version', 'cuda_version',
-                                                         'arch_list', 'args_ok', 'args_error', 'parser')))
-        result['arch_support'] = dict((cap, dict(zip(('kind', 'arch'), it.arch_support(cap, answer.get('arch_list')))))
-                                      for cap in p['compute_caps'])
+        keys = ('vllm_version', 'torch_version', 'cuda_version', 'arch_list', 'args_ok', 'args_error', 'parser')
+        result.update(dict((k, answer.get(k)) for k in keys))
+        result['arch_support'] = dict(
+            (cap, dict(zip(('kind', 'arch'), it.arch_support(cap, answer.get('arch_list'))))) for cap in p['compute_caps'])
     if not verdict['ok']:
         module.fail_json(msg=verdict['message'], **result)
     module.exit_json(msg=verdict['message'], **result)

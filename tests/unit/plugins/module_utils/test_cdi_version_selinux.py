@@ -74,8 +74,8 @@ def test_versions_read_from_the_spec(load):
     assert (plain['cdi_version'], plain['required_version'], plain['required_by']) == (
         '0.5.0', '0.5.0', ['device name starting with a digit'])
     gids = spec(SPEC_GIDS, load)
-    assert (gids['cdi_version'], gids['required_version'], gids['required_by']) == ('0.7.0', '0.7.0',
-                                                                                   ['additionalGids'])
+    expected = ('0.7.0', '0.7.0', ['additionalGids'])
+    assert (gids['cdi_version'], gids['required_version'], gids['required_by']) == expected
 
 
 def test_support_rows(table):

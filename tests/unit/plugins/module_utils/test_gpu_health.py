@@ -74,8 +74,8 @@ def test_old_driver_form_without_pci_prefix():
 
 def test_nvsentinel_shapes_other_domains_and_the_minimal_form():
     events = gh.parse_kernel_log(log('xid-nvsentinel-parser-test.txt'))
-    assert [(e['code'], e['pci']) for e in events] == [(13, '0000:b5:00'), (74, '0003:00:00'), (46, '0000:3f:00'),
-                                                      (154, '0008:01:00')]
+    expected = [(13, '0000:b5:00'), (74, '0003:00:00'), (46, '0000:3f:00'), (154, '0008:01:00')]
+    assert [(e['code'], e['pci']) for e in events] == expected
     assert gh.recovery_target(events[3]['detail']) == 'GPU Reset Required'
 
 
