@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Build the vLLM stand-in images for the lab without pulling anything:
-#   localhost/inkling-vllm-standin:lab  (healthy)
-#   localhost/inkling-vllm-standin:bad  (same files, ENV STANDIN_FAULT=never_healthy)
+#   localhost/inkling-vllm-standin:lab      (healthy)
+#   localhost/inkling-vllm-standin:bad      (same files, ENV STANDIN_FAULT=never_healthy)
+#   localhost/inkling-vllm-standin:oldarch  (same files, its PyTorch stand-in carries no kernels for
+#                                            the lab hosts' compute capabilities 9.0 and 10.0)
 # The root filesystem is the python3 interpreter, the stdlib modules the stand-in
 # imports, and their shared libraries, copied out of the lab host image
-# (Debian trixie). Entrypoint ["/usr/local/bin/vllm", "serve"], as the real image.
+# (Debian trixie), and the stand-in's vllm and torch packages (site/README.md).
+# Entrypoint ["/usr/local/bin/vllm", "serve"], as the real image.
 # Idempotent: does nothing when both images exist and the stand-in is unchanged,
 # unless FORCE=1.
 set -euo pipefail
@@ -12,11 +15,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/../conf/containers.conf}
 host_image=${LAB_HOST_IMAGE:-localhost/inkling-lab-host:trixie}
 repo=${STANDIN_IMAGE_REPO:-localhost/inkling-vllm-standin}
-src_sum=$(cat "$here/vllm" "$0" | sha256sum | cut -c1-16)
+tags=(lab bad oldarch)
+src_sum=$( (cat "$here/vllm" "$0"; find "$here/site" -type f -name '*.py' | LC_ALL=C sort | xargs cat) |
+  sha256sum | cut -c1-16)
 
-if [ "${FORCE:-0}" != 1 ] && podman image exists "$repo:lab" && podman image exists "$repo:bad" &&
-   [ "$(podman image inspect --format '{{ index .Config.Labels "org.inkling.standin.source" }}' "$repo:lab")" = "$src_sum" ]; then
-  echo "standin: $repo:lab and :bad already built from this source"
+built=1
+for t in "${tags[@]}"; do
+  podman image exists "$repo:$t" &&
+    [ "$(podman image inspect --format '{{ index .Config.Labels "org.inkling.standin.source" }}' "$repo:$t")" = "$src_sum" ] ||
+    built=0
+done
+if [ "${FORCE:-0}" != 1 ] && [ "$built" = 1 ]; then
+  echo "standin: $repo:${tags[*]} already built from this source"
   exit 0
 fi
 podman image exists "$host_image" || { echo "standin: $host_image missing; run lab/images/build-host-image.sh" >&2; exit 1; }
@@ -78,13 +88,21 @@ ln -s usr/lib "$root/lib"
 printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 printf '127.0.0.1 localhost\n::1 localhost\n' > "$root/etc/hosts"
+# The stand-in's packages (vllm with the server as vllm._standin, torch), where Debian's python3
+# finds packages installed for the machine, and /usr/local/bin/vllm as a console script like pip writes.
+site=usr/local/lib/python$pyver/dist-packages
+mkdir -p "$root/$site"
+cp -a "$here/site/vllm" "$here/site/torch" "$root/$site/"
+cp "$here/vllm" "$root/$site/vllm/_standin.py"
 # No /usr/bin/env in the image: point the shebang at the interpreter directly.
-sed "1s|.*|#!/usr/bin/python3|" "$here/vllm" > "$root/usr/local/bin/vllm"
+printf '#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+  > "$root/usr/local/bin/vllm"
 chmod 0755 "$root/usr/local/bin/vllm"
 # Precompile bytecode so start-up does not try to write into the image.
-chroot "$root" /usr/bin/python3 -m compileall -q -j0 "/$stdlib" /usr/local/bin >/dev/null 2>&1 || true
-# Smoke test inside the tree before importing.
+chroot "$root" /usr/bin/python3 -m compileall -q -j0 "/$stdlib" "/$site" /usr/local/bin >/dev/null 2>&1 || true
+# Smoke test inside the tree before importing: the server's modules, and what image_trial asks.
 chroot "$root" /usr/bin/python3 -c 'import http.server, json, argparse, threading, signal, re; print("ok")' >/dev/null
+chroot "$root" /usr/bin/python3 -c 'import vllm.entrypoints.cli.main, torch; print(vllm.__version__, torch._C._cuda_getArchFlags())' >/dev/null
 size=$(du -sm "$root" | cut -f1)
 echo "standin: rootfs ${size} MB"
 
@@ -95,6 +113,8 @@ common=(--change 'ENTRYPOINT ["/usr/local/bin/vllm", "serve"]'
         --change "LABEL org.inkling.standin.source=$src_sum")
 tar -C "$root" -c . | podman import -q "${common[@]}" - "$repo:lab" >/dev/null
 tar -C "$root" -c . | podman import -q "${common[@]}" --change 'ENV STANDIN_FAULT=never_healthy' - "$repo:bad" >/dev/null
-for t in lab bad; do
+tar -C "$root" -c . | podman import -q "${common[@]}" --change 'ENV STANDIN_TORCH_ARCH_FLAGS="sm_75 sm_80 sm_86"' - \
+  "$repo:oldarch" >/dev/null
+for t in "${tags[@]}"; do
   echo "standin: built $repo:$t ($(podman image inspect --format '{{.Size}}' "$repo:$t") bytes, id $(podman image inspect --format '{{.Id}}' "$repo:$t" | cut -c1-12))"
 done

@@ -33,8 +33,13 @@ QUERY_FIELDS = (
     ('mig.mode.pending', 'mig_mode_pending', 'bool'),
     ('ecc.mode.current', 'ecc_mode_current', 'bool'),
     ('ecc.errors.uncorrected.volatile.total', 'ecc_errors_uncorrected_volatile', 'int'),
+    ('remapped_rows.correctable', 'remapped_rows_correctable', 'int'),
+    ('remapped_rows.uncorrectable', 'remapped_rows_uncorrectable', 'int'),
     ('remapped_rows.pending', 'remapped_rows_pending', 'bool'),
     ('remapped_rows.failure', 'remapped_rows_failure', 'bool'),
+    # What the driver says the GPU needs before it can be used again (None, Reset, Reboot, Drain P2P,
+    # Drain and Reset; NVML's nvmlDeviceGpuRecoveryAction_t). Seen as "None" on the real H200 (580.159.04).
+    ('gpu_recovery_action', 'gpu_recovery_action', 'str'),
     ('fabric.state', 'fabric_state', 'str'),
     ('fabric.status', 'fabric_status', 'str'),
 )

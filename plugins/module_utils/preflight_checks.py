@@ -162,6 +162,8 @@ def count_nvswitch(lspci_text):
     return count
 
 
+_YAML_CDI_VERSION_RE = re.compile(r'^cdiVersion:\s*["\']?([0-9][^"\'#\s]*)["\']?')
+_YAML_FEATURE_RE = re.compile(r'^\s*-?\s*(additionalGids|intelRdt|netDevices|annotations):')
 _YAML_HOSTPATH_RE = re.compile(r'^\s*-?\s*hostPath:\s*["\']?([^"\'#\s]+)["\']?')
 _YAML_KIND_RE = re.compile(r'^kind:\s*["\']?([^"\'#\s]+)["\']?')
 
@@ -178,6 +180,141 @@ def _walk_host_paths(node, out):
             _walk_host_paths(item, out)
 
 
+# CDI spec features and the spec version that introduced them (tags.cncf.io/container-device-interface,
+# specs-go/version.go: requiresV040 ... requiresV110). A library rejects keys it does not know
+# ("json: unknown field ...") whatever cdiVersion the spec declares.
+CDI_FEATURE_VERSIONS = (
+    ('netDevices', '1.1.0'),
+    ('additionalGids', '0.7.0'),
+    ('intelRdt', '0.7.0'),
+    ('annotations', '0.6.0'),
+    ('deviceNodes.hostPath', '0.5.0'),
+    ('device name starting with a digit', '0.5.0'),
+    ('mounts.type', '0.4.0'),
+)
+CDI_SPEC_VERSIONS = ('0.1.0', '0.2.0', '0.3.0', '0.4.0', '0.5.0', '0.6.0', '0.7.0', '0.8.0', '1.0.0', '1.1.0')
+
+
+def _cdi_edits(data):
+    edits = [data.get('containerEdits') or {}]
+    for dev in data.get('devices') or []:
+        if isinstance(dev, dict):
+            edits.append(dev.get('containerEdits') or {})
+    return [e for e in edits if isinstance(e, dict)]
+
+
+def cdi_required_version(data, line_features=()):
+    """(minimum spec version, [features needing it]) of a parsed CDI spec (a dict), as the CDI library's
+    MinimumRequiredVersion decides it; ``line_features`` are keys seen by the line reader."""
+    found = set(line_features or ())
+    if data.get('annotations') or any(isinstance(d, dict) and d.get('annotations') for d in data.get('devices') or []):
+        found.add('annotations')
+    for dev in data.get('devices') or []:
+        name = str((dev or {}).get('name') or '') if isinstance(dev, dict) else ''
+        if name[:1].isdigit():
+            found.add('device name starting with a digit')
+    for edit in _cdi_edits(data):
+        if edit.get('additionalGids'):
+            found.add('additionalGids')
+        if edit.get('intelRdt'):
+            found.add('intelRdt')
+        if edit.get('netDevices'):
+            found.add('netDevices')
+        if any(isinstance(n, dict) and n.get('hostPath') for n in edit.get('deviceNodes') or []):
+            found.add('deviceNodes.hostPath')
+        if any(isinstance(m, dict) and m.get('type') for m in edit.get('mounts') or []):
+            found.add('mounts.type')
+    need, why = '0.3.0', []
+    for feature, version in CDI_FEATURE_VERSIONS:
+        if feature in found:
+            if parse_version(version) > parse_version(need):
+                need, why = version, [feature]
+            elif version == need:
+                why.append(feature)
+    return need, why
+
+
+def podman_cdi_support(podman_version, table):
+    """The row of ``table`` (preflight_podman_cdi_versions, one row per podman minor release ``X.Y``) for
+    this podman. Returns (row, newer): the row of its minor release, or of the newest release in the table
+    with newer=True when podman is newer than every row; (None, False) when older than the table or unknown."""
+    mine = parse_version(podman_version)
+    rows = sorted([r for r in table or [] if parse_version(r.get('podman'))], key=lambda r: parse_version(r['podman']))
+    if not mine or not rows:
+        return None, False
+    for row in rows:
+        if parse_version(row['podman'])[:2] == mine[:2]:
+            return row, False
+    if mine[:2] > parse_version(rows[-1]['podman'])[:2]:
+        return rows[-1], True
+    return None, False
+
+
+def check_cdi_version(specs, podman, table):
+    """``cdi.version``: every CDI spec podman would read declares a cdiVersion the installed podman can parse,
+    and uses no key newer than that version."""
+    version = (podman or {}).get('version')
+    checks = []
+    if not version or not table:
+        return checks
+    row, newer = podman_cdi_support(version, table)
+    for spec in specs or []:
+        declared = spec.get('cdi_version')
+        need = spec.get('required_version') or '0.3.0'
+        why = spec.get('required_by') or []
+        path = spec.get('path')
+        if declared is None:
+            continue
+        if parse_version(declared) is None or not any(versions_equal(declared, v) for v in CDI_SPEC_VERSIONS):
+            checks.append(result(
+                'cdi.version', False, 'cdiVersion %s' % declared, 'a released CDI spec version',
+                remedy='regenerate the spec: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml',
+                message='CDI spec %s declares cdiVersion %s, which is no released CDI spec version' % (path, declared)))
+            continue
+        effective = need if parse_version(need) > parse_version(declared) else declared
+        if parse_version(need) > parse_version(declared):
+            checks.append(result(
+                'cdi.version', False, 'cdiVersion %s, uses %s (%s)' % (declared, ', '.join(why), need),
+                'cdiVersion >= %s' % need,
+                remedy='regenerate the spec with nvidia-ctk cdi generate (it declares the version its keys need)',
+                message='CDI spec %s declares cdiVersion %s but uses %s, which needs %s: podman rejects it'
+                        % (path, declared, ', '.join(why), need)))
+            continue
+        if row is None:
+            continue
+        top = row.get('cdi_spec_max')
+        uses = (' (it uses %s)' % ', '.join(why)) if why and versions_equal(need, effective) else ''
+        if parse_version(effective) > parse_version(top):
+            if newer:
+                checks.append(result(
+                    'cdi.version', False, 'cdiVersion %s, podman %s' % (effective, version),
+                    'a podman known to read cdiVersion %s' % effective, level='warning',
+                    remedy='check `podman run --device nvidia.com/gpu=all` by hand, and add podman %s to '
+                           'preflight_podman_cdi_versions' % version,
+                    message='CDI spec %s is cdiVersion %s%s; podman %s is newer than the table (podman %s reads up '
+                            'to %s), so whether it reads the spec is not known'
+                            % (path, effective, uses, version, row['podman'], top)))
+                continue
+            first = [r for r in sorted(table, key=lambda r: parse_version(r['podman']))
+                     if parse_version(r.get('cdi_spec_max')) >= parse_version(effective)]
+            upgrade = ('upgrade podman to %s or newer (it reads CDI specs up to %s)'
+                       % (first[0]['podman'], first[0]['cdi_spec_max'])) if first else 'upgrade podman'
+            checks.append(result(
+                'cdi.version', False, 'cdiVersion %s%s, podman %s reads up to %s' % (effective, uses, version, top),
+                'cdiVersion <= %s' % top,
+                remedy='%s, or regenerate the spec with a container toolkit that writes cdiVersion %s or lower '
+                       '(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)' % (upgrade, top),
+                message='CDI spec %s is cdiVersion %s%s, but podman %s reads CDI specs up to %s (built with '
+                        'container-device-interface %s): podman skips the spec and fails with "unresolvable CDI '
+                        'devices nvidia.com/gpu=all"'
+                        % (path, effective, uses, version, top, row.get('cdi_library', '?'))))
+        else:
+            checks.append(result('cdi.version', True, 'cdiVersion %s' % effective, 'cdiVersion <= %s' % top,
+                                 message='CDI spec %s is cdiVersion %s; podman %s reads up to %s'
+                                         % (path, effective, version, top)))
+    return checks
+
+
 def parse_cdi_spec(text, path='', yaml_load=None):
     """Kind, device names and hostPaths of one CDI spec (YAML or JSON).
 
@@ -185,7 +322,8 @@ def parse_cdi_spec(text, path='', yaml_load=None):
     without it a line-based reader handles what ``nvidia-ctk cdi generate`` writes.
     Returns ``{'path', 'kind', 'devices', 'host_paths', 'error'}``.
     """
-    spec = {'path': path, 'kind': None, 'devices': [], 'host_paths': [], 'error': None}
+    spec = {'path': path, 'kind': None, 'devices': [], 'host_paths': [], 'error': None,
+            'cdi_version': None, 'required_version': None, 'required_by': []}
     data = None
     stripped = (text or '').lstrip()
     try:
@@ -203,10 +341,13 @@ def parse_cdi_spec(text, path='', yaml_load=None):
         spec['kind'] = data.get('kind')
         spec['devices'] = [str(d.get('name')) for d in data.get('devices') or [] if isinstance(d, dict)]
         _walk_host_paths(data, spec['host_paths'])
+        spec['cdi_version'] = str(data['cdiVersion']) if data.get('cdiVersion') is not None else None
+        spec['required_version'], spec['required_by'] = cdi_required_version(data)
         return spec
     # Line-based fallback. Device names are the ``name`` keys of the items of ``devices:``,
     # written as ``- name: X`` or as ``name: X`` after other keys of the item (nvidia-ctk sorts keys).
     section = None
+    features = set()
     item_indent = None
     for line in (text or '').splitlines():
         if not line.strip() or line.lstrip().startswith('#'):
@@ -219,7 +360,13 @@ def parse_cdi_spec(text, path='', yaml_load=None):
             kind = _YAML_KIND_RE.match(line)
             if kind:
                 spec['kind'] = kind.group(1)
+            version = _YAML_CDI_VERSION_RE.match(line)
+            if version:
+                spec['cdi_version'] = version.group(1)
             continue
+        feature = _YAML_FEATURE_RE.match(line)
+        if feature:
+            features.add(feature.group(1))
         if section == 'devices':
             if item_indent is None and stripped.startswith('- '):
                 item_indent = indent
@@ -235,6 +382,8 @@ def parse_cdi_spec(text, path='', yaml_load=None):
             spec['host_paths'].append(host.group(1))
     if spec['kind'] is None:
         spec['error'] = 'cannot parse %s: no kind' % path
+    spec['required_version'], spec['required_by'] = cdi_required_version(
+        {'devices': [{'name': n} for n in spec['devices']]}, features)
     return spec
 
 
@@ -628,31 +777,37 @@ def wait_for_fabric(poll, sleep, clock, wait_s, poll_s, show=None, host='this ho
     return out
 
 
-def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager', waited_s=0):
+def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager', waited_s=0, nvlink5_remedy=None):
     """Fabric manager on NVSwitch systems, fabric state on every GPU (F1, F2, F3).
 
     ``fabricmanager``: ``{'installed': bool, 'active': bool, 'state': str, 'version': str|None}``.
+    ``nvlink5_remedy``: set on NVLink5 HGX boards (gpu_health.nvlink5_fabric_remedy), whose fabric this
+    host manages even when lspci shows no NVSwitch; it replaces the remedy for a missing or stopped
+    fabric manager (there, starting it is not enough).
     """
     checks = []
     fabricmanager = fabricmanager or {}
     driver = (gpu or {}).get('driver_version')
-    if nvswitch_count:
+    if nvswitch_count or nvlink5_remedy:
+        board = ('%d NVSwitch devices' % nvswitch_count) if nvswitch_count else 'NVLink5 board'
         if not fabricmanager.get('installed'):
             checks.append(result(
                 'fabric.manager', False, '%s not installed' % unit,
-                '%s installed and active (%d NVSwitch devices)' % (unit, nvswitch_count),
-                remedy='install the fabric manager package of exactly driver %s (e.g. nvidia-fabricmanager-%s) '
-                       'and start %s' % (driver or '<driver>', (driver or 'X').split('.')[0], unit),
-                message='%s is not installed on an NVSwitch system (%d NVSwitch devices); '
-                        'install/start FM matching %s' % (unit, nvswitch_count,
+                '%s installed and active (%s)' % (unit, board),
+                remedy=nvlink5_remedy or
+                'install the fabric manager package of exactly driver %s (e.g. nvidia-fabricmanager-%s) '
+                'and start %s' % (driver or '<driver>', (driver or 'X').split('.')[0], unit),
+                message='%s is not installed on an NVSwitch system (%s); '
+                        'install/start FM matching %s' % (unit, board,
                                                           ('driver %s' % driver) if driver else 'the driver')))
         elif not fabricmanager.get('active'):
             checks.append(result(
                 'fabric.manager', False, '%s %s' % (unit, fabricmanager.get('state') or 'inactive'),
                 '%s active' % unit,
-                remedy='systemctl enable --now %s (preflight_fix: true starts it); check its journal' % unit,
-                message='%s is %s on an NVSwitch system (%d NVSwitch devices); install/start FM matching %s'
-                        % (unit, fabricmanager.get('state') or 'inactive', nvswitch_count,
+                remedy=nvlink5_remedy or
+                'systemctl enable --now %s (preflight_fix: true starts it); check its journal' % unit,
+                message='%s is %s on an NVSwitch system (%s); install/start FM matching %s'
+                        % (unit, fabricmanager.get('state') or 'inactive', board,
                            ('driver %s' % driver) if driver else 'the driver'),
                 fixable='fabricmanager'))
         else:
@@ -683,8 +838,10 @@ def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager'
         state = bad[0].get('fabric_state')
         total = len((gpu or {}).get('gpus') or [])
         remedy = 'fabric registration is done by nvidia-fabricmanager'
-        if nvswitch_count:
+        if nvswitch_count or nvlink5_remedy:
             remedy += ': make sure %s is installed, active and of the driver\'s version, then wait' % unit
+            if nvlink5_remedy:
+                remedy += ' (NVLink5 board: it also needs ib_umad and NVLSM, see fabric.nvlink5)'
         else:
             remedy += ' (on the hypervisor when GPUs are passed through to a VM): ask the platform to fix fabric ' \
                       'registration; take the host out of the batch'
@@ -741,7 +898,7 @@ def check_podman(podman, min_version, bad_versions):
     return checks
 
 
-def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None):
+def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None, cdi_versions=None):
     """A spec for nvidia.com/gpu that lists all GPUs and ``all``, made for the running driver, in a
     directory podman reads (F6, F7)."""
     cdi_dirs = list(cdi_dirs or DEFAULT_CDI_DIRS)
@@ -791,6 +948,7 @@ def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None):
                              'a spec in %s' % ' or '.join(read_dirs),
                              message='CDI spec %s is read by podman' % ', '.join(s['path'] for s in visible)))
         candidates = visible
+    checks += check_cdi_version(candidates, podman, cdi_versions)
     names = set()
     for spec in candidates:
         names.update(spec.get('devices') or [])
@@ -925,15 +1083,36 @@ def check_mounts(variant, exists=None):
     return checks
 
 
-def check_selinux(mode):
+def check_selinux(mode, container_use_devices=None, label_disable=None):
+    """SELinux and the GPU device nodes. Enforcing is fine when the service's container runs with
+    ``label=disable`` (the service role writes SecurityLabelDisable=true): SELinux then does not confine
+    the container's access to /dev/nvidia*. With labels on, the ``container_use_devices`` boolean must be on."""
     mode = (mode or 'disabled').lower()
-    if mode == 'enforcing':
-        return [result('host.selinux', False, 'enforcing', 'container label handling for GPU devices',
-                       level='warning',
-                       remedy='the service must run with label handling for GPU devices (SecurityLabelDisable=true '
-                              'or the container_use_devices boolean) and :z on volumes',
-                       message='SELinux enforcing: the container needs label handling for /dev/nvidia* and volumes')]
-    return [result('host.selinux', True, mode, 'any', message='SELinux %s' % mode)]
+    boolean = {True: 'on', False: 'off', None: 'unknown'}[container_use_devices]
+    if mode != 'enforcing':
+        return [result('host.selinux', True, mode, 'any', message='SELinux %s' % mode)]
+    if label_disable:
+        return [result('host.selinux', True, 'enforcing, container_use_devices %s' % boolean,
+                       'label=disable for the service, or container_use_devices on',
+                       message='SELinux enforcing is fine here: the service runs its container with label=disable '
+                               '(SecurityLabelDisable=true), so SELinux does not confine its access to /dev/nvidia* '
+                               '(container_use_devices is %s and not needed)' % boolean)]
+    if container_use_devices:
+        return [result('host.selinux', True, 'enforcing, container_use_devices on',
+                       'label=disable for the service, or container_use_devices on',
+                       message='SELinux enforcing with container_use_devices on: labelled containers may use '
+                               '/dev/nvidia*')]
+    remedy = ('turn the boolean on (`setsebool -P container_use_devices on`), or run the service with '
+              'label=disable (preflight_service_label_disable: true, which the service role does)')
+    if container_use_devices is False:
+        return [result('host.selinux', False, 'enforcing, container_use_devices off',
+                       'label=disable for the service, or container_use_devices on', remedy=remedy,
+                       message='SELinux enforcing, container_use_devices off and the service keeps SELinux labels: '
+                               'the container cannot open /dev/nvidia* and vLLM sees no GPU')]
+    return [result('host.selinux', False, 'enforcing, container_use_devices unknown',
+                   'label=disable for the service, or container_use_devices on', level='warning', remedy=remedy,
+                   message='SELinux enforcing and the service keeps SELinux labels; container_use_devices could not '
+                           'be read: the container may be denied /dev/nvidia*')]
 
 
 # --------------------------------------------------------------------------
@@ -944,10 +1123,12 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
              tensor_parallel_size=8, podman_min_version='4.4', podman_bad_versions=None,
              cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
              shm_min_mib=1024, service_ipc_host=True, fabricmanager_unit='nvidia-fabricmanager',
-             fabric_waited_s=0, mount_sources=None, variant_refusals=None, nvml_library_version=None):
+             fabric_waited_s=0, mount_sources=None, variant_refusals=None, nvml_library_version=None,
+             podman_cdi_versions=None, service_label_disable=True, extra_checks=None, nvlink5_remedy=None):
     """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``.
 
-    The variant check runs last: a refusal whose root cause another check reports points at it.
+    ``extra_checks`` are results made elsewhere (gpu_health: Xid, recovery action, NVLink5), added before
+    the variant check. The variant check runs last: a refusal whose root cause another check reports points at it.
     """
     facts = host_facts or {}
     variant = variant or None
@@ -957,11 +1138,12 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
                            facts.get('apt_nvidia_event'), nvml_library_version)
     checks += check_gpus(gpu, tensor_parallel_size)
     checks += check_fabric(gpu, facts.get('fabricmanager'), facts.get('nvswitch_count') or 0,
-                           unit=fabricmanager_unit, waited_s=fabric_waited_s)
+                           unit=fabricmanager_unit, waited_s=fabric_waited_s, nvlink5_remedy=nvlink5_remedy)
+    checks += list(extra_checks or [])
     podman = facts.get('podman') or {}
     checks += check_podman(podman, podman_min_version, podman_bad_versions)
     checks += check_cdi(gpu, facts.get('cdi_specs'), podman, facts.get('containers_conf_cdi_spec_dirs'),
-                        podman_bad_versions, cdi_dirs)
+                        podman_bad_versions, cdi_dirs, podman_cdi_versions)
     model_size = ((variant or {}).get('model') or {}).get('size_bytes')
     needs = disk_requirements(model_size, disk_margin_pct, facts.get('hub_cache_model_bytes'),
                               image_free_bytes, tmp_free_bytes)
@@ -974,7 +1156,7 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
                                      'model.size_bytes' % variant.get('name')))
     checks += check_mounts(variant, mount_sources)
     checks += check_shm(facts.get('shm_bytes'), tensor_parallel_size, service_ipc_host, shm_min_mib)
-    checks += check_selinux(facts.get('selinux'))
+    checks += check_selinux(facts.get('selinux'), facts.get('selinux_container_use_devices'), service_label_disable)
     failed_checks = set(c['check'] for c in checks if not c['ok'] and c['level'] == 'error')
     checks += check_variant(variant, variant_error, host, variant_refusals, failed_checks,
                             gpu_known=bool(gpu) and not gpu_error)

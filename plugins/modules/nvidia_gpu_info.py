@@ -119,8 +119,9 @@ nvidia_gpu:
         - One dict per GPU, sorted by index, with the keys C(index), C(uuid), C(name), C(pci_bus_id),
           C(compute_cap), C(compute_cap_major), C(compute_cap_minor), C(memory_total_mib),
           C(persistence_mode), C(mig_mode_current), C(mig_mode_pending), C(ecc_mode_current),
-          C(ecc_errors_uncorrected_volatile), C(remapped_rows_pending), C(remapped_rows_failure),
-          C(fabric_state), C(fabric_status). Booleans, integers and strings are null when nvidia-smi
+          C(ecc_errors_uncorrected_volatile), C(remapped_rows_correctable), C(remapped_rows_uncorrectable),
+          C(remapped_rows_pending), C(remapped_rows_failure), C(gpu_recovery_action) (C(None), C(Reset),
+          C(Reboot), C(Drain P2P), C(Drain and Reset)), C(fabric_state), C(fabric_status). Booleans, integers and strings are null when nvidia-smi
           answers C(N/A) or C([Not Supported]).
       type: list
       elements: dict
@@ -138,8 +139,11 @@ nvidia_gpu:
           mig_mode_pending: false
           ecc_mode_current: true
           ecc_errors_uncorrected_volatile: 0
+          remapped_rows_correctable: 0
+          remapped_rows_uncorrectable: 0
           remapped_rows_pending: false
           remapped_rows_failure: false
+          gpu_recovery_action: "None"
           fabric_state: Completed
           fabric_status: Success
     nvlink:

@@ -20,9 +20,11 @@ description:
     errors, no pending or failed row remapping), the fabric (fabric manager installed, active and of the
     driver's version where the host sees NVSwitch devices; fabric state Completed/Success wherever a GPU
     reports one), CDI (a spec listing C(nvidia.com/gpu=all) and every GPU, made for the running driver, in a
-    directory podman reads), podman (present, new enough, not a known-bad release), disk space, the host paths
-    the variant mounts into the container (for example the FlashInfer cubins on Blackwell), shared memory
-    and SELinux.
+    directory podman reads, of a C(cdiVersion) the installed podman parses), podman (present, new enough, not a
+    known-bad release), disk space, the host paths the variant mounts into the container (for example the
+    FlashInfer cubins on Blackwell), shared memory and SELinux (C(container_use_devices), C(label=disable)).
+  - Also the GPUs' recovery action, Xid events since boot that mean a bad GPU (by GPU index and PCI bus id),
+    and on NVLink5 HGX boards the InfiniBand management stack and NVLSM the fabric manager needs.
   - Never fails itself; the caller decides what to do with C(ok).
   - Computation over the facts given, except that it checks on the host whether each mount source of the
     variant exists.
@@ -110,6 +112,27 @@ options:
     description: Seconds already spent waiting for fabric registration, for messages.
     type: int
     default: 0
+  podman_cdi_versions:
+    description:
+      - The CDI spec versions each podman minor release can parse, one row per release (C(podman) as C(X.Y),
+        C(cdi_library), C(cdi_spec_max), C(source)); the C(cdi.version) check compares the spec's C(cdiVersion)
+        (and the version its keys need) with the row of the installed podman. Empty skips the check.
+    type: list
+    elements: dict
+    default: []
+  service_label_disable:
+    description: Whether the service runs its container with C(label=disable) (then SELinux enforcing is fine).
+    type: bool
+    default: true
+  xid_ignore:
+    description: Xid codes never reported (for example after an operator has checked them).
+    type: list
+    elements: int
+    default: []
+  xid_since_s:
+    description: Xid events logged earlier than this many seconds after boot are not reported (a GPU reset since).
+    type: float
+    default: 0
 notes:
   - Supports check mode.
 seealso:
@@ -184,6 +207,7 @@ summary:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import gpu_health as gh
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 
 
@@ -209,6 +233,10 @@ def main():
             fabric_waited_s=dict(type='int', default=0),
             variant_refusals=dict(type='list', elements='dict', default=[]),
             nvml_library_version=dict(type='str'),
+            podman_cdi_versions=dict(type='list', elements='dict', default=[]),
+            service_label_disable=dict(type='bool', default=True),
+            xid_ignore=dict(type='list', elements='int', default=[]),
+            xid_since_s=dict(type='float', default=0),
         ),
         supports_check_mode=True,
     )
@@ -225,7 +253,11 @@ def main():
         tmp_free_bytes=p['tmp_free_bytes'], shm_min_mib=p['shm_min_mib'],
         service_ipc_host=p['service_ipc_host'], fabricmanager_unit=p['fabricmanager_unit'],
         fabric_waited_s=p['fabric_waited_s'], mount_sources=mount_sources,
-        variant_refusals=p['variant_refusals'], nvml_library_version=p['nvml_library_version'])
+        variant_refusals=p['variant_refusals'], nvml_library_version=p['nvml_library_version'],
+        podman_cdi_versions=p['podman_cdi_versions'], service_label_disable=p['service_label_disable'],
+        extra_checks=gh.health_checks(p['gpu'], p['host_facts'], p['xid_ignore'], p['xid_since_s'],
+                                      p['fabricmanager_unit']),
+        nvlink5_remedy=gh.nvlink5_fabric_remedy(p['gpu'], p['host_facts'], p['fabricmanager_unit']))
     module.exit_json(changed=False, summary=pc.summary(report), report=report)
 
 

@@ -22,7 +22,10 @@ description:
     and C(cdi_spec_dirs) set in containers.conf.
   - The podman version, graph root and temporary directory; free space where the hub cache, the graph root and
     the temporary directory live (nearest existing parent); bytes already downloaded for the model; the size of
-    C(/dev/shm); the SELinux mode.
+    C(/dev/shm); the SELinux mode and its C(container_use_devices) boolean.
+  - NVRM Xid events of the kernel log since boot (C(journalctl -k -b), else C(dmesg)), parsed, not the log itself.
+  - For NVLink5 boards, the loaded kernel modules, the InfiniBand and umad devices and the NVLink Subnet Manager
+    (C(nvlsm) installed, running).
   - A missing tool (no podman, no lspci, no systemd) is reported in the facts, never an error.
 author:
   - inkling.fleet contributors (@inkling-fleet)
@@ -72,6 +75,10 @@ options:
     description: apt history log, read to name what last changed NVIDIA packages.
     type: path
     default: /var/log/apt/history.log
+  kernel_modules_file:
+    description: The list of loaded kernel modules (NVLink5 boards need C(ib_umad)).
+    type: path
+    default: /proc/modules
 notes:
   - Supports check mode; the module never changes the host.
   - CDI specs are parsed with PyYAML when the host has it, otherwise with a line reader that handles what
@@ -150,6 +157,25 @@ host_facts:
     selinux:
       description: C(enforcing), C(permissive) or C(disabled).
       type: str
+    selinux_container_use_devices:
+      description: The SELinux boolean C(container_use_devices); null when SELinux is disabled or it cannot be read.
+      type: bool
+    kernel_log:
+      description:
+        - NVRM events of the kernel log since boot. C(source) is the command read (C(journalctl -k -b) or C(dmesg)),
+          C(events) one entry per Xid code and GPU (C(code), C(pci) as the kernel writes it, C(time_s) seconds
+          after boot, C(text), C(count)), C(error) why no log was read.
+      type: dict
+      sample:
+        source: journalctl -k -b
+        events:
+          - {code: 79, pci: "0000:2b:00", time_s: 1843.3, count: 2,
+             text: "[ 1843.308145] host kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."}
+        error: null
+    nvlink5:
+      description: C(kernel_modules) (loaded, null when unreadable), C(infiniband_devices), C(umad_devices) and
+        C(nvlsm) (C(installed), C(path), C(running)).
+      type: dict
     nvidia_ctk_path:
       description: Path of C(nvidia-ctk) (NVIDIA Container Toolkit), null when not installed.
       type: str
@@ -160,6 +186,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import host_probe as hp
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 
 try:
@@ -174,26 +201,7 @@ MAX_SPEC_BYTES = 4 * 1024 * 1024
 
 
 def read_text(path, limit=MAX_SPEC_BYTES):
-    try:
-        with open(path, 'r') as handle:
-            return handle.read(limit)
-    except (IOError, OSError):
-        return None
-
-
-def run(module, args):
-    """rc, stdout, stderr; rc None when the binary is missing."""
-    binary = args[0]
-    if os.path.sep not in binary:
-        # PATH first (get_bin_path adds the sbin directories after it).
-        found = module.get_bin_path(binary)
-        if not found:
-            return None, '', '%s not found' % binary
-        args = [found] + list(args[1:])
-    elif not os.access(binary, os.X_OK):
-        return None, '', '%s not found' % binary
-    rc, out, err = module.run_command(args, environ_update={'LC_ALL': 'C'})
-    return rc, out, err
+    return hp.read_text(path, limit)
 
 
 def nearest_existing(path):
@@ -211,44 +219,6 @@ def disk_info(path):
     except OSError:
         return {'path': path, 'existing': existing, 'device': None, 'free_bytes': None}
     return {'path': path, 'existing': existing, 'device': dev, 'free_bytes': st.f_bavail * st.f_frsize}
-
-
-def fabricmanager_facts(module):
-    unit = module.params['fabricmanager_unit']
-    fm = {'unit': unit, 'installed': False, 'active': False, 'state': None, 'version': None, 'version_source': None}
-    rc, out, _err = run(module, ['systemctl', 'show', unit, '--property=LoadState,ActiveState,SubState'])
-    if rc == 0:
-        props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
-        fm['installed'] = props.get('LoadState') == 'loaded'
-        fm['state'] = props.get('ActiveState')
-        fm['active'] = props.get('ActiveState') == 'active'
-    rc, out, err = run(module, [module.params['fabricmanager_path'], '--version'])
-    if rc is not None:
-        fm['version'] = pc.parse_fabricmanager_version(out + '\n' + err)
-        fm['version_source'] = module.params['fabricmanager_path'] if fm['version'] else None
-    if not fm['version']:
-        rc, out, _err = run(module, ['dpkg-query', '-W', '-f=${Package} ${Version} ${db:Status-Abbrev}\n',
-                                     'nvidia-fabricmanager*', 'cuda-drivers-fabricmanager*'])
-        if rc is not None:
-            for line in out.splitlines():
-                parts = line.split()
-                if len(parts) >= 3 and parts[2].startswith('ii') and 'fabricmanager' in parts[0]:
-                    fm['version'] = pc.parse_package_version(parts[1])
-                    fm['version_source'] = 'dpkg:%s' % parts[0]
-                    break
-    if not fm['version']:
-        rc, out, _err = run(module, ['rpm', '-q', '--qf', '%{NAME} %{VERSION}\n',
-                                     'nvidia-fabric-manager', 'nvidia-fabricmanager'])
-        if rc is not None:
-            for line in out.splitlines():
-                parts = line.split()
-                if len(parts) == 2 and 'not installed' not in line:
-                    fm['version'] = pc.parse_package_version(parts[1])
-                    fm['version_source'] = 'rpm:%s' % parts[0]
-                    break
-    if fm['version'] and not fm['installed'] and fm['state'] is None:
-        fm['installed'] = True
-    return fm
 
 
 def conf_files(paths):
@@ -280,7 +250,7 @@ def containers_conf(paths):
 def podman_facts(module, tmp_dir):
     podman = {'found': False, 'path': module.params['podman_path'], 'version': None,
               'graph_root': '/var/lib/containers/storage', 'tmp_dir': tmp_dir or '/var/tmp', 'error': None}
-    rc, out, err = run(module, [module.params['podman_path'], '--version'])
+    rc, out, err = hp.run(module, [module.params['podman_path'], '--version'])
     if rc is None:
         podman['error'] = '%s not found' % module.params['podman_path']
         return podman
@@ -289,7 +259,7 @@ def podman_facts(module, tmp_dir):
         return podman
     podman['found'] = True
     podman['version'] = pc.parse_podman_version(out)
-    rc, out, err = run(module, [module.params['podman_path'], 'info', '--format', 'json'])
+    rc, out, err = hp.run(module, [module.params['podman_path'], 'info', '--format', 'json'])
     if rc == 0:
         try:
             info = json.loads(out)
@@ -334,16 +304,6 @@ def blobs_bytes(hub_cache_dir, model):
     return total
 
 
-def selinux_mode(module):
-    rc, out, _err = run(module, ['getenforce'])
-    if rc == 0 and out.strip():
-        return out.strip().lower()
-    text = read_text('/sys/fs/selinux/enforce')
-    if text is None:
-        return 'disabled'
-    return 'enforcing' if text.strip() == '1' else 'permissive'
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -360,6 +320,7 @@ def main():
                                  default=['/usr/share/containers/containers.conf', '/etc/containers/containers.conf',
                                           '/etc/containers/containers.conf.d']),
             apt_history=dict(type='path', default='/var/log/apt/history.log'),
+            kernel_modules_file=dict(type='path', default='/proc/modules'),
         ),
         supports_check_mode=True,
     )
@@ -374,11 +335,10 @@ def main():
                 versions.add(ver)
     facts['userspace_driver_versions'] = sorted(versions, key=pc.parse_version)
     facts['apt_nvidia_event'] = pc.parse_apt_history_nvidia(read_text(p['apt_history'], 16 * 1024 * 1024))
-    facts['fabricmanager'] = fabricmanager_facts(module)
-    rc, out, err = run(module, [p['lspci_path'], '-d', '10de:'])
-    facts['lspci_nvidia'] = out.splitlines() if rc == 0 else []
-    facts['nvswitch_count'] = pc.count_nvswitch(out) if rc == 0 else None
-    facts['lspci_error'] = None if rc == 0 else (err or out).strip()
+    facts['fabricmanager'] = hp.fabricmanager_facts(module, p['fabricmanager_unit'], p['fabricmanager_path'])
+    facts['nvswitch_count'], facts['lspci_nvidia'], facts['lspci_error'] = hp.nvswitch_facts(module, p['lspci_path'])
+    facts['kernel_log'] = hp.kernel_log(module)
+    facts['nvlink5'] = hp.nvlink5_facts(module, p['kernel_modules_file'])
     facts['cdi_specs'] = cdi_specs(p['cdi_dirs'])
     conf_cdi_dirs, tmp_dir = containers_conf(p['containers_conf'])
     facts['containers_conf_cdi_spec_dirs'] = conf_cdi_dirs
@@ -394,7 +354,9 @@ def main():
         facts['shm_bytes'] = st.f_blocks * st.f_frsize
     except OSError:
         facts['shm_bytes'] = None
-    facts['selinux'] = selinux_mode(module)
+    facts['selinux'] = hp.selinux_mode(module)
+    facts['selinux_container_use_devices'] = (
+        None if facts['selinux'] == 'disabled' else hp.selinux_boolean(module, 'container_use_devices'))
     facts['nvidia_ctk_path'] = module.get_bin_path('nvidia-ctk')
     module.exit_json(changed=False, host_facts=facts)
 

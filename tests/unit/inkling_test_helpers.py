@@ -50,8 +50,8 @@ def capture_text(name):
 def capture_rows():
     """Rows of the real 2x H200 capture, keyed by query field, units stripped.
 
-    query-gpu.csv has most fields; mig.mode.pending, remapped rows and fabric come from the
-    same host's nvidia-smi-q.xml.
+    query-gpu.csv has most fields; mig.mode.pending, remapped rows, the recovery action and fabric
+    come from the same host's nvidia-smi-q.xml.
     """
     lines = capture_text('query-gpu.csv').strip().splitlines()
     fields = [re.sub(r'\s*\[.*\]$', '', h.strip()) for h in lines[0].split(',')]
@@ -64,9 +64,22 @@ def capture_rows():
         row['mig.mode.pending'] = gpu.find('mig_mode/pending_mig').text
         row['remapped_rows.pending'] = gpu.find('remapped_rows/remapped_row_pending').text
         row['remapped_rows.failure'] = gpu.find('remapped_rows/remapped_row_failure').text
+        row['remapped_rows.correctable'] = gpu.find('remapped_rows/remapped_row_corr').text
+        row['remapped_rows.uncorrectable'] = gpu.find('remapped_rows/remapped_row_unc').text
+        row['gpu_recovery_action'] = gpu.find('gpu_recovery_action').text
         row['fabric.state'] = gpu.find('fabric/state').text
         row['fabric.status'] = gpu.find('fabric/status').text
     return rows
+
+
+def podman_error_sections(name):
+    """{title: output} of a capture in fixtures/podman-errors (### title, then the output up to rc=)."""
+    text = read(os.path.join(HERE, 'fixtures', 'podman-errors', name))
+    out = {}
+    for block in text.split('### ')[1:]:
+        title, _sep, body = block.partition('\n')
+        out[title.strip()] = body.split('\nrc=', 1)[0]
+    return out
 
 
 def synth_rows(template, count, uuid_prefix='GPU-00000000-0000-0000-0000-0000000000'):

@@ -64,6 +64,7 @@ FINDINGS = {
     'f13-podman-431': ({'podman.version'}, set()),
     'gpu-health': ({'gpu.ecc', 'gpu.row_remapping', 'gpu.persistence'}, set()),
     'bare-host': ({'podman.version', 'cdi.spec'}, set()),
+    'xid-recovery-cdi-version': ({'gpu.xid', 'gpu.recovery_action', 'cdi.version'}, set()),
 }
 
 
@@ -268,6 +269,56 @@ def test_bare_host_without_podman_or_cdi():
     assert msgs['cdi.spec'].startswith('no CDI spec for nvidia.com/gpu in /etc/cdi or /var/run/cdi')
 
 
+def test_xid_recovery_action_and_cdi_version():
+    rep = report('xid-recovery-cdi-version')
+    msgs = failures(rep)
+    bus = [g['pci_bus_id'] for g in rep['facts']['gpu']['gpus'] if g['index'] == 3][0]
+    assert msgs['gpu.xid'] == 'Xid 79 on GPU 3 (PCI %s) 1843 s after boot: GPU has fallen off the bus' % bus
+    assert rep['facts']['host']['kernel_log']['source'] == 'journalctl -k -b'
+    bus1 = [g['pci_bus_id'] for g in rep['facts']['gpu']['gpus'] if g['index'] == 1][0]
+    assert msgs['gpu.recovery_action'] == ('the driver asks for a recovery action: GPU 1 (PCI %s): Reset; the GPU '
+                                           'cannot serve until it is done' % bus1)
+    assert msgs['cdi.version'] == (
+        'CDI spec /etc/cdi/nvidia.yaml is cdiVersion 0.7.0 (it uses additionalGids), but podman 4.9.3 reads CDI '
+        'specs up to 0.6.0 (built with container-device-interface v0.6.2): podman skips the spec and fails with '
+        '"unresolvable CDI devices nvidia.com/gpu=all"')
+
+
+def test_healthy_hosts_report_the_new_checks():
+    for host in ('mol-pf-ok-h200', 'mol-pf-ok-b200'):
+        checks = {c['check']: c for c in report('converge', host)['checks']}
+        assert checks['gpu.xid']['message'] == ('no Xid event since boot that means a bad GPU '
+                                                '(kernel log: journalctl -k -b)')
+        assert checks['gpu.recovery_action']['ok'] and checks['cdi.version']['ok']
+    b200 = {c['check']: c for c in report('converge', 'mol-pf-ok-b200')['checks']}
+    assert b200['fabric.nvlink5']['message'] == 'NVLink5 HGX board: ib_umad loaded, nvlsm running'
+
+
+def test_nvlink5_without_ib_umad_and_nvlsm():
+    rep = report('nvlink5-no-ib-umad-no-nvlsm', 'mol-pf-ok-b200')
+    msgs = failures(rep)
+    assert set(msgs) == {'fabric.manager', 'fabric.nvlink5'}
+    assert msgs['fabric.nvlink5'].startswith(
+        'NVLink5 HGX board: kernel module ib_umad not loaded (no /dev/infiniband/umad* for the NVSwitch management); '
+        'NVLink Subnet Manager (nvlsm) not installed')
+    remedies = dict((f['check'], f['remedy']) for f in rep['failures'])
+    # starting the fabric manager alone would not work on this board
+    assert 'ib_umad' in remedies['fabric.manager'] and '`modprobe ib_umad`' in remedies['fabric.nvlink5']
+
+
+def test_recheck_before_a_drain_fails_when_the_fabric_manager_died():
+    with open(os.path.join(REPORTS, 'recheck.json')) as handle:
+        result = json.load(handle)
+    assert result['healthy']['ok'] is True and result['healthy']['failures'] == []
+    assert result['failed_task'] == 'Stop a host that can no longer serve'
+    assert result['msg'].splitlines() == [
+        'mol-pf-faulty: re-check before the drain failed (1 problem); the host is not drained or stopped:',
+        '- [fabric.manager] nvidia-fabricmanager is inactive on an NVSwitch system (4 NVSwitch devices); '
+        'install/start FM matching driver 580.159.04; remedy: systemctl enable --now nvidia-fabricmanager '
+        '(preflight_fix: true starts it); check its journal']
+    assert result['recheck']['ok'] is False
+
+
 def test_faults_were_reverted(host):
     assert host.service('nvidia-fabricmanager').is_running
     assert host.file('/etc/cdi/nvidia.yaml').exists
@@ -276,3 +327,4 @@ def test_faults_were_reverted(host):
     assert not host.file('/var/run/cdi').exists
     assert host.run('ls /etc/inkling-lab/faults').stdout.strip() == ''
     assert host.check_output('podman --version') != 'podman version 5.5.1'
+    assert not host.file('/etc/inkling-lab/kernel-log').exists

@@ -64,10 +64,23 @@ def _replayed_facts():
     return nvidia_smi.collect('nvidia-smi', runner=smi, lspci='lspci')
 
 
+# Query fields the module asks for since that run (the recorded facts predate them).
+NEWER_FIELDS = ('gpu_recovery_action', 'remapped_rows_correctable', 'remapped_rows_uncorrectable')
+
+
 def test_replayed_capture_gives_the_recorded_facts():
     facts, warnings = _replayed_facts()
-    assert facts == _run()['nvidia_gpu_info']['nvidia_gpu']
+    recorded = _run()['nvidia_gpu_info']['nvidia_gpu']
+    older = dict(facts, gpus=[dict((k, v) for k, v in g.items() if k not in NEWER_FIELDS) for g in facts['gpus']])
+    assert older == recorded
     assert warnings == ['`lspci -d 10de:` failed (rc=1); nvswitch_count is null']
+
+
+def test_replayed_recovery_action_is_what_the_real_driver_printed():
+    """gpu_recovery_action was queried by hand on that host (raw.txt): None on both GPUs."""
+    facts, unused = _replayed_facts()
+    assert [g['gpu_recovery_action'] for g in facts['gpus']] == ['None', 'None']
+    assert [g['pci_bus_id'] for g in facts['gpus']] == ['00000000:00:06.0', '00000000:00:07.0']
 
 
 def test_selection_on_replayed_facts_matches_the_real_run():
@@ -169,3 +182,74 @@ def test_real_preflight_default_tp8_is_refused_on_two_gpus():
     checks = [f['check'] for f in report['failures']]
     assert checks[:2] == ['variant', 'gpu.count']
     assert 'expected 8 GPUs for tensor_parallel_size=8, found 2' in report['failures'][1]['message']
+
+
+# --------------------------------------------------------------------------
+# 1x H200, driver 580.159.04, 2026-12-01: the GPU health checks of issue 18
+# (playbooks/hardware-checks.yml; docs/hardware-validation.md)
+# --------------------------------------------------------------------------
+
+RUN_X1 = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'hardware-validation',
+                      'h200-x1-driver580-2026-12-01')
+
+
+def _x1_raw(title):
+    with open(os.path.join(RUN_X1, 'raw.txt')) as f:
+        text = f.read()
+    return text.split('### ' + title + '\n', 1)[1].split('\nrc=', 1)[0]
+
+
+def _x1_output():
+    with open(os.path.join(RUN_X1, 'hardware-checks-output.json')) as f:
+        return json.load(f)
+
+
+def test_x1_recovery_action_and_remap_fields_replayed():
+    """The explicit query printed there, replayed through the module's parser: the facts the run recorded."""
+    lines = _x1_raw('nvidia-smi --query-gpu=index,pci.bus_id,gpu_recovery_action,remapped_rows.correctable,'
+                    'remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure,'
+                    'ecc.errors.uncorrected.volatile.total,fabric.state,fabric.status --format=csv').splitlines()
+    header = [h.strip() for h in lines[0].split(',')]
+    rows = [dict(zip(header, [v.strip() for v in line.split(',')])) for line in lines[1:]]
+    gpu = nvidia_smi.normalise_gpu(dict(capture_rows()[0], **rows[0]))
+    recorded = _x1_output()['nvidia_gpu']['gpus'][0]
+    for key in ('pci_bus_id', 'gpu_recovery_action', 'remapped_rows_correctable', 'remapped_rows_uncorrectable',
+                'remapped_rows_pending', 'remapped_rows_failure', 'fabric_state', 'fabric_status'):
+        assert gpu[key] == recorded[key], key
+    assert (gpu['gpu_recovery_action'], gpu['fabric_state']) == ('None', None)
+
+
+def test_x1_wildcard_query_is_refused_by_that_driver():
+    """`remapped_rows.*` is no query field on 580.159.04: the module asks for the fields by name."""
+    assert _x1_raw('nvidia-smi --query-gpu=pci.bus_id,gpu_recovery_action,remapped_rows.* --format=csv').strip() == \
+        'Field "remapped_rows.*" is not a valid field to query.'
+    assert 'remapped_rows.correctable' in nvidia_smi.QUERY_FIELD_NAMES
+
+
+def test_x1_real_dmesg_nvrm_lines_are_no_xid_events():
+    from ansible_collections.inkling.fleet.plugins.module_utils import gpu_health
+    text = _x1_raw('dmesg | grep -c NVRM; dmesg | grep -i -E "NVRM|xid" | tail -n 15')
+    assert text.splitlines()[0] == '3'
+    assert gpu_health.parse_kernel_log(text) == []
+    out = _x1_output()
+    assert out['kernel_log'] == {'error': None, 'events': [], 'nvrm_lines': 3, 'source': 'dmesg'}
+
+
+def test_x1_recorded_checks_and_recheck():
+    out = _x1_output()
+    checks = dict((c['check'], c) for c in out['preflight'])
+    assert checks['gpu.recovery_action']['message'] == 'GPU recovery action None on 1 GPUs'
+    assert checks['gpu.xid']['message'] == 'no Xid event since boot that means a bad GPU (kernel log: dmesg)'
+    assert checks['host.selinux']['message'] == 'SELinux disabled'
+    assert 'fabric.nvlink5' not in checks and 'cdi.version' not in checks  # Hopper; no podman there
+    assert out['recheck']['ok'] and out['recheck']['failures'] == []
+    assert out['nvlink5']['kernel_modules'] == ['nvidia', 'nvidia_uvm']
+
+
+def test_x1_torch_arch_flags_without_a_gpu():
+    with open(os.path.join(RUN_X1, 'torch.txt')) as f:
+        text = f.read()
+    visible, hidden = [json.loads(line) for line in text.splitlines() if line.startswith('{')]
+    assert visible['arch_flags'] == hidden['arch_flags'] == 'sm_75 sm_80 sm_86 sm_90 sm_100 sm_120'
+    assert visible['get_arch_list'] == hidden['arch_flags'].split() and hidden['get_arch_list'] == []
+    assert (hidden['torch'], hidden['cuda'], hidden['is_available']) == ('2.11.0+cu130', '13.0', False)

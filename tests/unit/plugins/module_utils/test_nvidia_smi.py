@@ -33,8 +33,9 @@ def test_real_h200_capture_gives_the_contract_facts():
         'pci_bus_id': '00000000:00:06.0', 'compute_cap': '9.0', 'compute_cap_major': 9, 'compute_cap_minor': 0,
         'memory_total_mib': 143771, 'persistence_mode': True, 'mig_mode_current': False,
         'mig_mode_pending': False, 'ecc_mode_current': True, 'ecc_errors_uncorrected_volatile': 0,
-        'remapped_rows_pending': False, 'remapped_rows_failure': False, 'fabric_state': 'Completed',
-        'fabric_status': 'Success'}
+        'remapped_rows_correctable': 0, 'remapped_rows_uncorrectable': 0,
+        'remapped_rows_pending': False, 'remapped_rows_failure': False, 'gpu_recovery_action': 'None',
+        'fabric_state': 'Completed', 'fabric_status': 'Success'}
     assert facts['gpus'][1]['pci_bus_id'] == '00000000:00:07.0'
     links = facts['nvlink']
     assert links['available'] is True

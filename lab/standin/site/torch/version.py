@@ -1,0 +1,2 @@
+__version__ = "0.0.0+inkling.standin"
+cuda = "13.0"
