@@ -307,8 +307,11 @@ def main():
         if args.kill:
             victim = hosts[args.kill - 1]
             at = max(int(round(files * args.kill_at)), 1)
-            results.append(('peer', len(hosts), 'kill %s' % victim) + measure(
-                'peer', hosts, inventory, varsfile, commit, total, 'peer', tag='-kill', kill=(victim, at)))
+            try:
+                results.append(('peer', len(hosts), 'kill %s' % victim) + measure(
+                    'peer', hosts, inventory, varsfile, commit, total, 'peer', tag='-kill', kill=(victim, at)))
+            except SystemExit as exc:      # report what was measured, and this
+                print('bench: the run with %s killed did not complete: %s' % (victim, exc))
     finally:
         if args.keep:
             shape([n for n in [HUB] + hosts if quiet(['podman', 'container', 'exists', n], check=False).returncode == 0], 'off')

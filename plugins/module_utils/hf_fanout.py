@@ -12,8 +12,8 @@ Each takes the ordered peer names and a state per host that takes part::
      'run': str}                # the run id of its staging
 
 The filter plugins in ``plugins/filter/hf_fanout.py`` build these states from ``hostvars``; the role's
-task files only sequence. Which host copies from which (the doubling tree) is ``peer_tree`` and
-``peer_sources`` in ``hf_cache.py``, decided by each receiver's ``hf_peer_copy`` job.
+task files only sequence. Which host takes each file from which (the relay) is ``relay_parents`` and
+``relay_sources`` below, used by each receiver's ``hf_peer_copy`` job; ``schedule`` models its completion time.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_hub_files
 short_description: Fetch the hub's file list of one commit (sizes and hashes) on the controller
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - Asks the hub (C(GET /api/models/REPO/revision/COMMIT?blobs=true), what C(huggingface_hub)'s
     C(model_info(files_metadata=True)) reads) for every file of O(revision) with its size and hash (sha256 of

@@ -155,6 +155,11 @@ options:
       lacks the next blob while another source holds it, is dropped for the next source.
     type: int
     default: 30
+  start_timeout_s:
+    description: Seconds from the start of the job a source's daemon that never answered yet may take to answer
+      (its host may start it later than this one); after it answered once, O(switch_after_s) applies.
+    type: int
+    default: 120
   retries:
     description: Retries of a failed transfer from one source before the next source is tried.
     type: int
@@ -313,6 +318,8 @@ class Sources(object):
         self.errors = []
         self.switches = []
         self.silent_since = {}
+        self.answered = set()
+        self.started = time.time()
         self.current = None
         self.since = time.time()
 
@@ -356,11 +363,14 @@ class Sources(object):
                                    self.url(name, CACHE_MODULE, folder + '/blobs/')], timeout=t + 5)
         if rc not in (0, 23):
             since = self.silent_since.setdefault(name, time.time())
-            if time.time() - since >= t or 'auth failed' in err:
+            # a daemon never seen may still be starting (its host is slower): start_timeout_s from the start
+            limit = t if name in self.answered else max(t, self.p['start_timeout_s'] - (since - self.started))
+            if time.time() - since >= limit or 'auth failed' in err:
                 self.drop(name, 'its rsync daemon refused or did not answer for %.0f s (rsync rc %d: %s)'
                           % (time.time() - since, rc, err_line(err)))
             return None
         self.silent_since.pop(name, None)
+        self.answered.add(name)
         out_map = {}
         for line in out.splitlines():
             m = LIST_LINE.match(line.strip())
@@ -607,6 +617,12 @@ def run(module):
                     src.drop(cur, 'it lacked the next blob for %d s while %s held it' % (p['switch_after_s'], other))
                     break
             else:
+                if not [c for c in cands if c in p['roots']]:
+                    # every root was dropped: what no peer holds now can reach none of them any more
+                    src.drop(cur, 'no root is left to serve the %d blob(s) no peer holds' % len(need))
+                    for other in cands[1:]:
+                        src.drop(other, 'no root is left to serve the %d blob(s) no peer holds' % len(need))
+                    continue
                 waiting = time.time() - p['switch_after_s'] / 2.0   # look at the others again later, not every poll
         time.sleep(p['poll_interval_s'])
     if waiting is not None:
@@ -665,6 +681,7 @@ def main():
             gave_up_file=dict(type='path'),
             poll_interval_s=dict(type='float', default=0.5),
             switch_after_s=dict(type='int', default=30),
+            start_timeout_s=dict(type='int', default=120),
             retries=dict(type='int', default=3),
             progress_interval_s=dict(type='float', default=1.0),
         ),

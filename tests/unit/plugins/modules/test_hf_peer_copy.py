@@ -125,7 +125,7 @@ def copy(tmp_path, src, dest_cache, peers, roots, host='dst', control=None, **ex
             'files': src['files'], 'host': host, 'peers': peers[0], 'addresses': peers[1], 'roots': roots,
             'port': src['port'], 'secret': SECRET, 'progress_file': str(tmp_path / 'progress.json'),
             'pid_file': str(tmp_path / 'copy.pid'), 'control_file': str(ctl), 'control_id': 'run-1',
-            'poll_interval_s': 0.1, 'retries': 0, 'switch_after_s': 2, 'progress_interval_s': 0.2}
+            'poll_interval_s': 0.1, 'retries': 0, 'switch_after_s': 2, 'start_timeout_s': 1, 'progress_interval_s': 0.2}
     args.update(extra)
     return run_module('hf_peer_copy', args, tmp_path=tmp_path)
 
@@ -374,3 +374,21 @@ def test_a_resumed_receiver_keeps_verified_blobs_and_replaces_wrong_ones(tmp_pat
     assert rc == 0 and res['holder'] is True, res
     size0 = os.path.getsize(os.path.join(blobs, names[0]))
     assert res['sources']['src'] == res['bytes_total'] - size0
+
+
+def test_receivers_without_a_root_give_up_instead_of_waiting_for_each_other(tmp_path, source):
+    """root is dropped (dead here); b, its other receiver, answers but holds nothing: nobody can get the blobs
+    any more, so c gives up after switch_after_s (the role then fetches them from the hub)."""
+    b_tmp = tmp_path / 'b'
+    os.makedirs(os.path.join(hc.repo_dir(str(b_tmp / 'cache'), REPO_ID), 'blobs'))
+    proc = start_daemon(b_tmp, str(b_tmp / 'cache'), source['port'], address='127.0.0.3')
+    try:
+        t0 = time.time()
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'),
+                       P(('root', DEAD), ('b', '127.0.0.3'), ('c', DEAD)), ['root'], host='c', switch_after_s=1,
+                       control={'dead': ['root']})
+    finally:
+        stop(proc)
+    assert rc == 0, res
+    assert res['holder'] is False and res['reason'] == 'no_source' and time.time() - t0 < 15
+    assert 'no root is left' in res['copy_errors'][0]
