@@ -13,10 +13,10 @@ module: hf_peer_reset
 short_description: End what a killed run of the peer fan-out left on a host (copy job, rsync daemon, their files)
 version_added: 0.2.0
 description:
-  - The C(peer) source of the C(inkling.fleet.hf_cache) role runs a copy job (M(inkling.fleet.hf_peer_copy), async)
+  - 'The C(peer) source of the C(inkling.fleet.hf_cache) role runs a copy job (M(inkling.fleet.hf_peer_copy), async)
     and an rsync daemon (a transient systemd unit) on every host, and stops both when staging ends, also on
     failure. A run that is killed (the controller died, Ctrl-C twice) cannot: this module, run at the start of
-    the next peer staging, ends them.
+    the next peer staging, ends them.'
   - 'The copy job of the killed run is found through O(pid_file) (written by the job: its process id and process
     group); it is ended (its process group: the async wrapper, the job, its rsync) only when that process still
     runs a C(hf_peer_copy) module, so a reused process id is never signalled. Then O(unit) is stopped when it is
