@@ -425,7 +425,8 @@ def receive(src, name, folder, rdir, entry, prog):
     if proc.returncode != 0:
         if os.path.lexists(part):
             os.unlink(part)
-        return False, 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(err))
+        # 23: the source does not hold it (yet)
+        return False, 'missing' if proc.returncode == 23 else 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(err))
     digest = hasher.hexdigest()
     if seen != entry.size or digest != entry.etag:
         os.unlink(part)
@@ -555,7 +556,7 @@ def run(module):
     prog = hc.Progress(p['progress_file'], len(blobs), result['bytes_total'], p['progress_interval_s'],
                        measure=measure, extra={'source': None})
     prog.start()
-    attempts, waiting = {}, None
+    attempts, waiting, streak = {}, None, False
     while need:
         dead, abort, why = src.control()
         cands = src.candidates(dead)
@@ -573,17 +574,25 @@ def run(module):
                 src.switches[-1] += ', now from %s' % cur
             src.use(cur)
             prog.extra['source'] = cur
-        listing = src.listing(cur, folder)
-        if listing is None:
-            time.sleep(p['poll_interval_s'])
-            continue
-        ready = [e for e in need if listing.get(e.etag) == e.size]
+        if streak:
+            # right after a blob came, ask for the next one straight away: a source that relays in the same
+            # order usually holds it by now (one connection per blob instead of a listing and a transfer)
+            ready = need[:1]
+        else:
+            listing = src.listing(cur, folder)
+            if listing is None:
+                time.sleep(p['poll_interval_s'])
+                continue
+            ready = [e for e in need if listing.get(e.etag) == e.size]
         if ready:
             if waiting is not None:
                 result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
                 waiting = None
             entry = ready[0]
             got, kind, detail = receive(src, cur, folder, rdir, entry, prog)
+            streak = got
+            if kind == 'missing':
+                continue                   # not there yet: the listing decides
             if got:
                 need.remove(entry)
                 result['changed'] = True
