@@ -623,6 +623,9 @@ def run(module):
             for other in cands[1:]:
                 lst = src.listing(other, folder)
                 if lst and [e for e in need if lst.get(e.etag) == e.size]:
+                    # to that holder, not to the next in order (which may be what starves cur)
+                    src.order.remove(other)
+                    src.order.insert(src.order.index(cur) + 1, other)
                     src.drop(cur, 'it lacked the next blob for %d s while %s held it' % (p['switch_after_s'], other))
                     break
             else:

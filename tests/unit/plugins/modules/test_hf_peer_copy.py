@@ -392,3 +392,22 @@ def test_receivers_without_a_root_give_up_instead_of_waiting_for_each_other(tmp_
     assert rc == 0, res
     assert res['holder'] is False and res['reason'] == 'no_source' and time.time() - t0 < 15
     assert 'no root is left' in res['copy_errors'][0]
+
+
+def test_a_lagging_parent_is_left_for_the_holder_not_for_the_next_ancestor(tmp_path, source):
+    """c's sources are b, a, root; b and a hold nothing (a is what starves b): c goes to root, which holds the
+    blobs, and not to a."""
+    procs = []
+    for name, addr in (('a', '127.0.0.2'), ('b', '127.0.0.3')):
+        os.makedirs(os.path.join(hc.repo_dir(str(tmp_path / name / 'cache'), REPO_ID), 'blobs'))
+        procs.append(start_daemon(tmp_path / name, str(tmp_path / name / 'cache'), source['port'], address=addr))
+    try:
+        peers = P(('root', '127.0.0.1'), ('a', '127.0.0.2'), ('b', '127.0.0.3'), ('c', DEAD))
+        assert hf_fanout.relay_sources('c', peers[0], ['root']) == ['b', 'a', 'root']
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), peers, ['root'], host='c', switch_after_s=1)
+    finally:
+        for proc in procs:
+            stop(proc)
+    assert rc == 0, res
+    assert res['holder'] is True and res['failed_sources'] == ['b'] and res['sources'] == {'root': res['bytes_total']}
+    assert res['switches'][0].endswith('while root held it, now from root')
