@@ -24,8 +24,8 @@ description:
     from the hub (M(inkling.fleet.hf_hub_files)) and handed to every host: sha256 for LFS files, the git blob sha1
     for the small ones. Nothing a peer serves is trusted: a peer that serves a blob with another hash (a forged
     or rotten file) is dropped as a source at once and the blob is taken from the next one.'
-  - 'A source that does not answer, stalls a transfer, or lacks the next blob for O(switch_after_s) seconds while
-    another source holds it, and one whose own copy gave up (its O(gave_up_file) served by its daemon) is dropped
+  - 'A source that does not answer or stalls a transfer for O(switch_after_s) seconds, one that lacks the next
+    blob for three times that while another source holds it, and one whose own copy gave up (its O(gave_up_file) served by its daemon) is dropped
     for the next source: the parent''s ancestors, then every other peer (roots first). When none is left, or the
     role says C(abort) in O(control_file), the receiver returns RV(holder=false) with RV(reason=no_source); the
     role then fetches what it still lacks from the hub. Each switch is named in RV(switches), the result''s
@@ -151,8 +151,9 @@ options:
     type: float
     default: 0.5
   switch_after_s:
-    description: Seconds after which a source that does not answer, stalls a transfer (rsync C(--timeout)), or
-      lacks the next blob while another source holds it, is dropped for the next source.
+    description: Seconds after which a source that does not answer or stalls a transfer (rsync C(--timeout)) is
+      dropped for the next source; one that lacks the next blob for three times this while another source holds
+      it is dropped for that source.
     type: int
     default: 30
   start_timeout_s:
@@ -619,14 +620,17 @@ def run(module):
         if src.gave_up(cur):
             src.drop(cur, 'it gave up (its own copy ended without a verified snapshot)')
             continue
-        if time.time() - max(waiting, src.since) >= p['switch_after_s']:
+        # a source that lacks the next blob may be waiting for its own source, which its receivers give
+        # switch_after_s to answer: it is left only after three times that, so that a dead relay's orphan
+        # takes over before the hosts behind it crowd onto one ancestor
+        if time.time() - max(waiting, src.since) >= 3 * p['switch_after_s']:
             for other in cands[1:]:
                 lst = src.listing(other, folder)
                 if lst and [e for e in need if lst.get(e.etag) == e.size]:
                     # to that holder, not to the next in order (which may be what starves cur)
                     src.order.remove(other)
                     src.order.insert(src.order.index(cur) + 1, other)
-                    src.drop(cur, 'it lacked the next blob for %d s while %s held it' % (p['switch_after_s'], other))
+                    src.drop(cur, 'it lacked the next blob for %d s while %s held it' % (3 * p['switch_after_s'], other))
                     break
             else:
                 if not [c for c in cands if c in p['roots']]:

@@ -265,7 +265,7 @@ def test_a_slow_parent_is_left_for_a_holder_that_has_the_next_file(tmp_path, sou
         stop(proc)
     assert rc == 0, res
     assert res['holder'] is True and res['failed_sources'] == ['b'] and res['sources'] == {'root': res['bytes_total']}
-    assert 'lacked the next blob for 1 s while root held it' in res['copy_errors'][0]
+    assert 'lacked the next blob for 3 s while root held it' in res['copy_errors'][0]
 
 
 def test_a_control_file_of_another_run_is_ignored(tmp_path, source):
