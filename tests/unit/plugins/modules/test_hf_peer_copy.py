@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
@@ -33,7 +34,8 @@ pytestmark = needs_program('rsync')
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
 TEMPLATE = os.path.join(REPO, 'roles', 'hf_cache', 'templates', 'rsyncd.conf.j2')
-EXCLUDES = ['*.incomplete', '.*']
+with open(os.path.join(REPO, 'roles', 'hf_cache', 'vars', 'main.yml')) as _f:
+    EXCLUDES = yaml.safe_load(_f)['__hf_cache_rsyncd_excludes']   # the role's own
 DEAD = '127.0.0.9'   # an address where no daemon listens
 SECRET = 's3cret-of-this-run'
 ADDRS = {'src': '127.0.0.1', 'dst': '127.0.0.1', 'a': '127.0.0.2', 'b': '127.0.0.3'}
@@ -59,7 +61,7 @@ def render_rsyncd(tmp, cache, port, rundir=None, address='127.0.0.1', fleet=None
         'ansible_managed': 'test', '__hf_cache_peer_addr': address, 'hf_cache_peer_port': port,
         '__hf_cache_peer_rundir': rundir or os.path.join(cache, 'run'),
         'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
-        '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsync_excludes': EXCLUDES,
+        '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsyncd_excludes': EXCLUDES,
         '__hf_cache_peer_user': 'inkling-fleet', '__hf_cache_rsyncd_secrets': secrets,
         '__hf_cache_fanout': {'peers': sorted(hostvars)}, 'hostvars': hostvars}).template(trust_as_template(source))
     if os.geteuid() != 0:   # chroot and uid switching need root (CI runs as root)
