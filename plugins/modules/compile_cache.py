@@ -22,7 +22,7 @@ description:
   - O(state=listed) lists the set of a source host (path, size and SHA-256 of every regular file), after
     checking it carries O(key).
   - O(state=seeded) copies a source's set into this host's set, when this host's set is empty and carries
-    O(key): every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory, its size
+    O(key) - every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory, its size
     and SHA-256 checked against the manifest (which came through the controller, not from the source's
     server), and only when every file is right are they all moved into place. Any failure leaves the set as it
     was, empty (a cold start), and is reported, not raised, so the restart goes on cold. A set that already holds
