@@ -16,13 +16,19 @@ description:
     one subdirectory per cache (C(vllm), C(triton), C(torchinductor), ...). Its cache key (variant, image digest,
     GPU model and count, driver version, tensor parallel size; see docs/warm-restarts.md) is kept in
     C(inkling-cache-key.json) inside it.
+  - O(state=present) creates the set and its subdirectories (and O(cache_root) and the variant's directory above
+    it), owned by root, mode 0750, in one call; the service role uses it.
   - O(state=claimed) writes this host's key into its set. A set that carries another key (the driver was
     upgraded in place, the GPUs changed) is emptied first, so the host starts cold rather than on kernels built
     for something else.
   - O(state=listed) lists the set of a source host (path, size and SHA-256 of every regular file), after
     checking it carries O(key).
-  - O(state=seeded) copies a source's set into this host's set, when this host's set is empty and carries
-    O(key) - every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory, its size
+  - O(state=served) lists the set as O(state=listed) does, then serves it read-only over HTTP (Python's
+    C(http.server)) on O(address) and O(port), as the transient systemd unit O(unit) that stops after
+    O(serve_s) seconds (a unit of that name left by an earlier run is stopped first), and waits until the port
+    answers.
+  - O(state=seeded) first claims the set as O(state=claimed) does; then, given O(source_url), copies a source's
+    set into it when it is empty - every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory, its size
     and SHA-256 checked against the manifest (which came through the controller, not from the source's
     server), and only when every file is right are they all moved into place. Any failure leaves the set as it
     was, empty (a cold start), and is reported, not raised, so the restart goes on cold. A set that already holds
@@ -36,7 +42,7 @@ options:
   state:
     description: What to do (see the description).
     type: str
-    choices: [claimed, listed, seeded, pruned]
+    choices: [present, claimed, listed, served, seeded, pruned]
     required: true
   cache_dir:
     description: This host's cache set (C(service_cache_set.dir)). Required unless O(state=pruned).
@@ -57,12 +63,28 @@ options:
   source_url:
     description: For O(state=seeded), the base URL under which the source serves its set.
     type: str
+  address:
+    description: For O(state=served), the address to serve on (reachable from the fleet only).
+    type: str
+  port:
+    description: For O(state=served), the TCP port.
+    type: int
+    default: 8874
+  serve_s:
+    description: For O(state=served), seconds after which the server stops (systemd C(RuntimeMaxSec)).
+    type: int
+    default: 7200
+  unit:
+    description: For O(state=served), the name of the transient systemd unit.
+    type: str
+    default: inkling-cache-seed.service
   timeout_s:
     description: For O(state=seeded), the timeout of each HTTP request, in seconds.
     type: float
     default: 30
   cache_root:
-    description: For O(state=pruned), the directory holding C(<variant>/<digest hex>) sets.
+    description: For O(state=pruned), the directory holding C(<variant>/<digest hex>) sets; for O(state=present),
+      the directory above the variant's directory of O(cache_dir), also created.
     type: path
   keep:
     description: For O(state=pruned), the sets to keep, each C([variant, digest hex]).
@@ -99,6 +121,24 @@ EXAMPLES = r'''
     manifest: "{{ hostvars[source].__rollout_cache_seed.files }}"
     source_url: "{{ hostvars[source].__rollout_cache_seed.url }}"
 
+- name: Serve the canary's caches read-only to the fleet for two hours
+  inkling.fleet.compile_cache:
+    state: served
+    cache_dir: "{{ service_cache_set.dir }}"
+    subdirs: "{{ service_cache_set.subdirs }}"
+    key: "{{ my_key }}"
+    address: 10.0.0.11
+    port: 8874
+    serve_s: 7200
+  register: served
+
+- name: Create a cache set and its subdirectories
+  inkling.fleet.compile_cache:
+    state: present
+    cache_root: /var/lib/inkling/cache
+    cache_dir: /var/lib/inkling/cache/sm90-patched/{{ digest_hex }}
+    subdirs: [triton, vllm]
+
 - name: Remove the sets of images neither running nor the rollback target
   inkling.fleet.compile_cache:
     state: pruned
@@ -116,19 +156,24 @@ key_before:
   description: For O(state=claimed), the key the set carried before (null when none).
   returned: when state is claimed
   type: dict
+url:
+  description: For O(state=served), the base URL of the server.
+  returned: when state is served
+  type: str
+  sample: http://10.0.0.11:8874
 files:
-  description: For O(state=listed), every regular file of the set, C(path) (relative to the set), C(size), C(sha256).
-  returned: when state is listed
+  description: For O(state=listed) and O(state=served), every regular file of the set, C(path) (relative to the set), C(size), C(sha256).
+  returned: when state is listed or served
   type: list
   elements: dict
 left_out:
-  description: For O(state=listed), links and special files not listed.
-  returned: when state is listed
+  description: For O(state=listed) and O(state=served), links and special files not listed.
+  returned: when state is listed or served
   type: list
   elements: str
 bytes:
   description: Bytes listed (listed) or copied (seeded).
-  returned: when state is listed or seeded
+  returned: when state is listed, served or seeded
   type: int
 seeded:
   description: For O(state=seeded), whether the set now holds the source's files.
@@ -138,6 +183,16 @@ seconds:
   description: For O(state=seeded), seconds the copy and the checks took.
   returned: when state is seeded
   type: float
+created:
+  description: For O(state=present), the directories created.
+  returned: when state is present
+  type: list
+  elements: str
+fixed:
+  description: For O(state=present), the directories whose owner or mode was set.
+  returned: when state is present
+  type: list
+  elements: str
 removed:
   description: For O(state=pruned), the sets removed, each C([variant, digest hex]).
   returned: when state is pruned
@@ -154,6 +209,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -197,10 +253,44 @@ def empty_subdirs(cache_dir, subdirs):
                     os.unlink(path)
 
 
-def claimed(module, p):
+def present(module, p):
+    """The set, its subdirectories and the directories above it up to cache_root: root-owned, 0750."""
+    paths = []
+    if p['cache_root']:
+        root = os.path.normpath(p['cache_root'])
+        rel = os.path.relpath(os.path.normpath(p['cache_dir']), root)
+        if rel.startswith('..'):
+            module.fail_json(msg='compile_cache: %s is not under cache_root %s' % (p['cache_dir'], root))
+        paths.append(root)
+        for part in rel.split(os.sep):
+            paths.append(os.path.join(paths[-1], part))
+    else:
+        paths.append(p['cache_dir'])
+    paths += [os.path.join(p['cache_dir'], sub) for sub in p['subdirs']]
+    created, fixed = [], []
+    for path in paths:
+        if not os.path.isdir(path):
+            created.append(path)
+            if not module.check_mode:
+                os.mkdir(path, 0o750)
+                os.chown(path, 0, 0)
+                os.chmod(path, 0o750)
+            continue
+        st = os.stat(path)
+        if (st.st_mode & 0o7777) != 0o750 or st.st_uid != 0 or st.st_gid != 0:
+            fixed.append(path)
+            if not module.check_mode:
+                os.chown(path, 0, 0)
+                os.chmod(path, 0o750)
+    module.exit_json(changed=bool(created or fixed), created=created, fixed=fixed,
+                     reason='created %d, owner or mode set on %d director(ies)' % (len(created), len(fixed)))
+
+
+def claim(module, p):
+    """Write this host's key into its set, emptying a set of another key. (changed, reason, key before)."""
     before = read_key(p['cache_dir'])
     if same_key(before, p['key']):
-        module.exit_json(changed=False, key_before=before, reason='the set carries this key')
+        return False, 'the set carries this key', before
     cold = wc.set_is_empty(p['cache_dir'], p['subdirs'])
     if before is None:
         reason = 'key written (the set was %s)' % ('empty' if cold else 'filled by this host before keys were kept')
@@ -211,19 +301,56 @@ def claimed(module, p):
         if before is not None:
             empty_subdirs(p['cache_dir'], p['subdirs'])
         write_key(p['cache_dir'], p['key'])
-    module.exit_json(changed=True, key_before=before, reason=reason)
+    return True, reason, before
 
 
-def listed(module, p):
+def claimed(module, p):
+    changed, reason, before = claim(module, p)
+    module.exit_json(changed=changed, key_before=before, reason=reason)
+
+
+def list_set(module, p):
     have = read_key(p['cache_dir'])
     if not same_key(have, p['key']):
         module.fail_json(msg='compile_cache: %s carries key %s, expected %s: it is not the set of this deployment. '
                          'Remedy: none needed, the hosts start cold; report this if it repeats.'
                          % (p['cache_dir'], (have or {}).get('id'), p['key'].get('id')))
     files, left_out = wc.build_manifest(p['cache_dir'], p['subdirs'])
-    total = sum(f['size'] for f in files)
+    return files, left_out, sum(f['size'] for f in files)
+
+
+def listed(module, p):
+    files, left_out, total = list_set(module, p)
     module.exit_json(changed=False, files=files, left_out=left_out, bytes=total,
                      reason='%d files, %d bytes' % (len(files), total))
+
+
+def served(module, p):
+    files, left_out, total = list_set(module, p)
+    host = p['address']
+    url = 'http://%s:%d' % ('[%s]' % host if ':' in host else host, p['port'])
+    if module.check_mode:
+        module.exit_json(changed=True, files=files, left_out=left_out, bytes=total, url=url,
+                         reason='would serve %d files on %s' % (len(files), url))
+    module.run_command(['systemctl', 'stop', p['unit']])
+    python = module.get_bin_path('python3', required=True)
+    rc, out, err = module.run_command([
+        'systemd-run', '--unit=' + p['unit'], '--collect', '--property=RuntimeMaxSec=%d' % p['serve_s'],
+        '--description=inkling.fleet compile cache seed (read-only, stops after %d s)' % p['serve_s'],
+        python, '-m', 'http.server', str(p['port']), '--bind', host, '--directory', p['cache_dir']])
+    if rc != 0:
+        module.fail_json(msg='compile_cache: could not start the cache server: %s' % (err or out).strip())
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection((host, p['port']), timeout=2).close()
+            break
+        except (OSError, socket.error) as exc:
+            if time.time() > deadline:
+                module.fail_json(msg='compile_cache: the cache server on %s does not answer after 30 s: %s' % (url, exc))
+            time.sleep(0.3)
+    module.exit_json(changed=True, files=files, left_out=left_out, bytes=total, url=url,
+                     reason='serving %d files (%d bytes) on %s for %d s' % (len(files), total, url, p['serve_s']))
 
 
 def fetch_one(p, entry, dest):
@@ -248,19 +375,20 @@ def fetch_one(p, entry, dest):
 
 
 def seeded(module, p):
-    have = read_key(p['cache_dir'])
     problems = wc.check_manifest(p['manifest'], p['subdirs'])
     if problems:
         module.fail_json(msg='compile_cache: the manifest is not usable: %s' % '; '.join(problems[:5]))
+    claim_changed, claim_reason, dummy = claim(module, p)
     total = sum(f['size'] for f in p['manifest'])
-    if not same_key(have, p['key']):
-        module.exit_json(changed=False, seeded=False, bytes=0, seconds=0.0,
-                         reason='not seeded: the set does not carry this key (claim it first)')
+    if not p['source_url']:
+        module.exit_json(changed=claim_changed, seeded=False, bytes=0, seconds=0.0,
+                         reason='not seeded (no source given): %s' % claim_reason)
     if not wc.set_is_empty(p['cache_dir'], p['subdirs']):
-        module.exit_json(changed=False, seeded=False, bytes=0, seconds=0.0,
+        module.exit_json(changed=claim_changed, seeded=False, bytes=0, seconds=0.0,
                          reason='not seeded: the set already holds caches of this key')
     if not p['manifest']:
-        module.exit_json(changed=False, seeded=False, bytes=0, seconds=0.0, reason='not seeded: the source has no files')
+        module.exit_json(changed=claim_changed, seeded=False, bytes=0, seconds=0.0,
+                         reason='not seeded: the source has no files')
     if module.check_mode:
         module.exit_json(changed=True, seeded=False, bytes=total, seconds=0.0,
                          reason='would seed %d files (%d bytes) from %s' % (len(p['manifest']), total, p['source_url']))
@@ -274,7 +402,7 @@ def seeded(module, p):
                 raise ValueError(err)
     except Exception as exc:  # pylint: disable=broad-except
         shutil.rmtree(staging, ignore_errors=True)
-        module.exit_json(changed=False, seeded=False, bytes=0, seconds=round(time.time() - t0, 1),
+        module.exit_json(changed=claim_changed, seeded=False, bytes=0, seconds=round(time.time() - t0, 1),
                          reason='not seeded (the host starts cold): %s' % exc)
     # Every file is right: move them all into place (the set was empty, nothing is replaced).
     for entry in p['manifest']:
@@ -310,20 +438,26 @@ def pruned(module, p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type='str', required=True, choices=['claimed', 'listed', 'seeded', 'pruned']),
+            state=dict(type='str', required=True, choices=['present', 'claimed', 'listed', 'served', 'seeded', 'pruned']),
             cache_dir=dict(type='path'),
             subdirs=dict(type='list', elements='str', default=[]),
             key=dict(type='dict', no_log=False),
             manifest=dict(type='list', elements='dict', default=[]),
             source_url=dict(type='str'),
             timeout_s=dict(type='float', default=30),
+            address=dict(type='str'),
+            port=dict(type='int', default=8874),
+            serve_s=dict(type='int', default=7200),
+            unit=dict(type='str', default='inkling-cache-seed.service'),
             cache_root=dict(type='path'),
             keep=dict(type='list', elements='list', default=[]),
         ),
         required_if=[
+            ('state', 'present', ['cache_dir']),
             ('state', 'claimed', ['cache_dir', 'key', 'subdirs']),
             ('state', 'listed', ['cache_dir', 'key', 'subdirs']),
-            ('state', 'seeded', ['cache_dir', 'key', 'subdirs', 'source_url']),
+            ('state', 'served', ['cache_dir', 'key', 'subdirs', 'address']),
+            ('state', 'seeded', ['cache_dir', 'key', 'subdirs']),
             ('state', 'pruned', ['cache_root']),
         ],
         supports_check_mode=True,
@@ -339,10 +473,10 @@ def main():
         if key['id'] != p['key'].get('id'):
             module.fail_json(msg='compile_cache: the key id %r does not match its fields (%s)' % (p['key'].get('id'), key['id']))
         p['key'] = key
-    if p['state'] != 'pruned' and not os.path.isdir(p['cache_dir']):
+    if p['state'] not in ('pruned', 'present') and not os.path.isdir(p['cache_dir']):
         module.fail_json(msg='compile_cache: the cache set %s does not exist. Remedy: run the inkling.fleet.service '
                          'role first (it creates it).' % p['cache_dir'])
-    {'claimed': claimed, 'listed': listed, 'seeded': seeded, 'pruned': pruned}[p['state']](module, p)
+    {'present': present, 'claimed': claimed, 'listed': listed, 'served': served, 'seeded': seeded, 'pruned': pruned}[p['state']](module, p)
 
 
 if __name__ == '__main__':

@@ -104,14 +104,52 @@ def test_unreachable_source_starts_cold(served, tmp_path):
     assert rc == 0 and not out['seeded'] and wc.set_is_empty(str(dest), SUBDIRS)
 
 
-def test_no_seed_into_a_set_of_another_key(served, tmp_path):
+def test_seeding_claims_first_a_set_of_another_key_is_emptied(served, tmp_path):
     src, url = served
     manifest = listed(src, tmp_path)['files']
     dest = make_set(tmp_path / 'dest', {})
     claim(dest, tmp_path, key=OTHER)
+    (dest / 'vllm' / 'built-for-another-driver').write_bytes(b'x')
     rc, out = seed(dest, url, manifest, tmp_path)
-    assert rc == 0 and not out['seeded'] and 'does not carry this key' in out['reason']
-    assert wc.set_is_empty(str(dest), SUBDIRS)
+    assert rc == 0 and out['seeded'], out
+    assert not (dest / 'vllm' / 'built-for-another-driver').exists()
+    assert json.loads((dest / wc.KEY_FILE).read_text())['id'] == KEY['id']
+
+
+def test_seeding_without_a_source_only_claims(tmp_path):
+    dest = make_set(tmp_path / 'dest', {})
+    rc, out = run_module('compile_cache', {'state': 'seeded', 'cache_dir': str(dest), 'subdirs': SUBDIRS, 'key': KEY},
+                         tmp_path=tmp_path)
+    assert rc == 0 and out['changed'] and not out['seeded'] and 'no source given' in out['reason']
+    assert json.loads((dest / wc.KEY_FILE).read_text())['id'] == KEY['id']
+    rc, out = run_module('compile_cache', {'state': 'seeded', 'cache_dir': str(dest), 'subdirs': SUBDIRS, 'key': KEY},
+                         tmp_path=tmp_path)
+    assert rc == 0 and not out['changed']
+
+
+def test_served_lists_and_says_where_check_mode(served, tmp_path):
+    src, dummy = served
+    rc, out = run_module('compile_cache', {'state': 'served', 'cache_dir': str(src), 'subdirs': SUBDIRS, 'key': KEY,
+                                           'address': 'fd00::5', 'port': 8874}, tmp_path=tmp_path, check_mode=True)
+    assert rc == 0 and out['url'] == 'http://[fd00::5]:8874' and len(out['files']) == 3
+
+
+def test_present_creates_the_set_in_one_call(tmp_path):
+    root = tmp_path / 'cache'
+    args = {'state': 'present', 'cache_root': str(root), 'cache_dir': str(root / 'sm100' / ('a' * 64)),
+            'subdirs': SUBDIRS}
+    rc, out = run_module('compile_cache', args, tmp_path=tmp_path, check_mode=True)
+    assert rc == 0 and out['changed'] and not root.exists()
+    rc, out = run_module('compile_cache', args, tmp_path=tmp_path)
+    assert rc == 0 and out['changed'] and len(out['created']) == 5
+    assert oct(os.stat(str(root / 'sm100' / ('a' * 64) / 'triton')).st_mode & 0o7777) == '0o750'
+    rc, out = run_module('compile_cache', args, tmp_path=tmp_path)
+    assert rc == 0 and not out['changed']
+    os.chmod(str(root / 'sm100'), 0o755)
+    rc, out = run_module('compile_cache', args, tmp_path=tmp_path)
+    assert rc == 0 and out['changed'] and out['fixed'] == [str(root / 'sm100')]
+    rc, out = run_module('compile_cache', dict(args, cache_dir='/elsewhere'), tmp_path=tmp_path)
+    assert rc == 1 and 'not under cache_root' in out['msg']
 
 
 def test_manifest_escaping_the_set_fails_before_anything(served, tmp_path):
