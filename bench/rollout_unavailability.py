@@ -201,7 +201,10 @@ def compare_seeding(args, hosts, old_digest, new_digest, work):
     jh = journals['seeded']['hosts']
     order = sorted(hosts, key=lambda h: (jh[h].get('restarts') or [{}])[-1].get('t_stop') or 0)
     canary = order[0]
-    key = lambda h: (jh[h].get('warm') or {}).get('cache_key', '')  # noqa: E731
+
+    def key(h):
+        return (jh[h].get('warm') or {}).get('cache_key', '')
+
     print('upgrade to a new image, stand-in compile delay %d s, %d hosts, serial %s (batch order)'
           % (args.compile_delay, len(hosts), json.dumps(SERIAL)))
     print('%-18s %-17s %-18s %14s %14s' % ('host', 'cache key', 'seeded from', 'unseeded (s)', 'seeded (s)'))

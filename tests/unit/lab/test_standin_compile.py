@@ -7,7 +7,7 @@ a host with another driver or GPU count misses (docs/warm-restarts.md)."""
 import shutil
 import time
 
-from test_standin import Server, hub  # noqa: F401  (hub is a fixture)
+from test_standin import Server, hub  # noqa: F401 (hub is a fixture)  # pylint: disable=unused-import
 
 
 def gpu_env(tmp_path, name, gpus=8, driver='580.159.04', delay='1.5'):
