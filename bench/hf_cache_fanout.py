@@ -36,7 +36,6 @@ from __future__ import absolute_import, division, print_function
 
 import argparse
 import json
-import math
 import os
 import re
 import subprocess
@@ -398,10 +397,11 @@ def report(results, hosts, args, files, total, bps, sizes):
     for count in (8, 64, 256, 1024):
         best, preds = hf_fanout.best_degree(count, sizes, rate_bps(args.rate), per_file_s=PER_FILE_S,
                                             per_hop_s=PER_HOP_S)
-        print('  %5d hosts: chain %.2f x, best degree %d: %.2f x' % (count, preds[1] / one['makespan_s'], best,
-                                                                   preds[best] / one['makespan_s']))
+        print('  %5d hosts: chain %.2f x, best degree %d: %.2f x'
+              % (count, preds[1] / one['makespan_s'], best, preds[best] / one['makespan_s']))
     print('load: 1-minute load average of this machine (%d CPUs) when the run ended' % os.cpu_count())
     print('playbook logs with per-task times: %s' % os.path.relpath(WORK, REPO))
+
 
 if __name__ == '__main__':
     main()

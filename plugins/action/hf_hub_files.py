@@ -34,8 +34,8 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        url = '%s/api/models/%s/revision/%s?blobs=true' % (args['endpoint'].rstrip('/'), args['repo_id'],
-                                                          args['revision'])
+        url = '%s/api/models/%s/revision/%s?blobs=true' % (
+            args['endpoint'].rstrip('/'), args['repo_id'], args['revision'])
         headers = {'Authorization': 'Bearer %s' % args['token']} if args['token'] else {}
         try:
             resp = open_url(url, headers=headers, timeout=args['timeout_s'], http_agent='inkling.fleet hf_hub_files')
@@ -54,7 +54,7 @@ class ActionModule(ActionBase):
             return result
         result.update(changed=False, files=files, revision=args['revision'], files_total=len(files),
                       bytes_total=sum(f['size'] for f in files),
-                      msg='%d files, %d bytes of %s@%s, from %s' % (len(files), sum(f['size'] for f in files),
-                                                                   args['repo_id'], args['revision'][:12],
-                                                                   args['endpoint']))
+                      msg='%d files, %d bytes of %s@%s, from %s' % (
+                          len(files), sum(f['size'] for f in files), args['repo_id'], args['revision'][:12],
+                          args['endpoint']))
         return result

@@ -17,7 +17,7 @@ description:
     the content for LFS files, the git blob sha1 for the small ones), keeps those the allow/ignore patterns
     select, and returns them.
   - 'An action plugin: the request runs on the controller, once (use C(run_once: true)); the C(peer) fan-out of
-    the C(inkling.fleet.hf_cache) role hands the result to every receiver (M(inkling.fleet.hf_peer_copy) O(files)),
+    the C(inkling.fleet.hf_cache) role hands the result to every receiver (option C(files) of M(inkling.fleet.hf_peer_copy)),
     which checks every byte it receives against it, never against anything a peer serves.'
   - Fails, before anything changes, when the hub cannot be read or answers for another commit, naming the remedy.
 author:

@@ -496,8 +496,8 @@ def describe(result):
     if result['switches']:
         parts.append('switched source %d time(s): %s' % (len(result['switches']), '; '.join(result['switches'])))
     if result['rejected']:
-        parts.append('rejected %d blob(s) that did not match the hub: %s' % (len(result['rejected']),
-                                                                              '; '.join(result['rejected'][:5])))
+        parts.append('rejected %d blob(s) that did not match the hub: %s'
+                     % (len(result['rejected']), '; '.join(result['rejected'][:5])))
     return (' (%s)' % '; '.join(parts)) if parts else ''
 
 
