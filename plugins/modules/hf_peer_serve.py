@@ -18,8 +18,12 @@ description:
     the daemon''s secrets file O(secrets_path) (C(USER:SECRET), mode 0600, root) and its configuration
     O(config_path) (mode 0600), and starts C(rsync --daemon) as the transient systemd unit O(unit).'
   - When the unit stops, for whatever reason, systemd removes the configuration, the secrets file and the runtime
-    directory (C(ExecStopPost)). A unit that already runs is left as it is (the role ends what a killed run left
-    first, with M(inkling.fleet.hf_peer_reset)).
+    directory (C(ExecStopPost)).
+  - 'With O(pid_file), it first ends what a killed run left (its copy job, found through O(pid_file), the unit
+    O(unit), the paths of O(remove)), as M(inkling.fleet.hf_peer_reset) does, in the same task: the peer staging of
+    a fleet waits for every task on every host. Without O(pid_file), a unit that already runs is left as it is.'
+  - Fails before anything changes when O(address) is given and empty (the host has no address on the fleet
+    network), naming the remedy.
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
@@ -51,6 +55,18 @@ options:
     description: The copy jobs' runtime directory, which the daemon serves (module C(inkling-hf-run)).
     type: path
     required: true
+  address:
+    description: The address the daemon listens on (the one O(config) names); checked to be non-empty.
+    type: str
+  pid_file:
+    description: The copy job's pid file of M(inkling.fleet.hf_peer_reset); when given, what a killed run left is
+      ended first.
+    type: path
+  remove:
+    description: With O(pid_file), files and directories a killed run left (removed after its unit stopped).
+    type: list
+    elements: path
+    default: []
 notes:
   - Supports check mode (says it would start the daemon).
 seealso:
@@ -68,6 +84,8 @@ EXAMPLES = r'''
     user: inkling-fleet
     secret: "{{ peer_secret }}"
     rundir: /run/inkling-hf-cache
+    address: "{{ ansible_default_ipv4.address }}"
+    pid_file: /run/inkling-hf-peer-copy.pid
 '''
 
 RETURN = r'''
@@ -75,11 +93,18 @@ started:
   description: True when the daemon was started (false when its unit already ran).
   returned: always
   type: bool
+reset:
+  description: What was ended of a killed run (C(killed), C(stopped), C(removed)), as M(inkling.fleet.hf_peer_reset)
+    returns it.
+  returned: when pid_file is given
+  type: dict
 '''
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
 
 
 def write_private(path, text):
@@ -103,16 +128,27 @@ def main():
             user=dict(type='str', required=True),
             secret=dict(type='str', required=True, no_log=True),
             rundir=dict(type='path', required=True),
+            address=dict(type='str'),
+            pid_file=dict(type='path'),
+            remove=dict(type='list', elements='path', default=[]),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    if p['address'] is not None and not p['address'].strip():
+        module.fail_json(msg='%s: no address for the peer copy (hf_cache_peer_address is empty: the host has no IPv4 '
+                             'default route). Remedy: set hf_cache_peer_address to this host\'s address on the fleet '
+                             'network.' % os.uname()[1])
+    extra = {}
+    if p['pid_file']:
+        extra['reset'] = hf_peer_daemon.reset(module, p['unit'], p['pid_file'], p['remove'])
     systemctl = module.get_bin_path('systemctl', required=True)
     rc, out, dummy = module.run_command([systemctl, 'is-active', p['unit'] + '.service'])
-    if out.strip() in ('active', 'activating', 'reloading'):
-        module.exit_json(changed=False, started=False, msg='%s runs already' % p['unit'])
+    ended = extra.get('reset') or {}
+    if out.strip() in ('active', 'activating', 'reloading') and not (module.check_mode and ended.get('stopped')):
+        module.exit_json(changed=bool(ended.get('changed')), started=False, msg='%s runs already' % p['unit'], **extra)
     if module.check_mode:
-        module.exit_json(changed=True, started=True)
+        module.exit_json(changed=True, started=True, **extra)
     if not os.path.isdir(p['rundir']):
         os.makedirs(p['rundir'])
     os.chmod(p['rundir'], 0o755)
@@ -125,7 +161,9 @@ def main():
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg='%s: cannot start the rsync daemon %s: %s' % (os.uname()[1], p['unit'], (err or out).strip()))
-    module.exit_json(changed=True, started=True)
+    if ended.get('msg'):
+        extra['msg'] = ended['msg']
+    module.exit_json(changed=True, started=True, **extra)
 
 
 if __name__ == '__main__':
