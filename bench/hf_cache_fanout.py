@@ -276,8 +276,9 @@ def relay_seconds(log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     ap.add_argument('--hosts', type=int, default=8, help='number of hosts (default 8)')
-    ap.add_argument('--size-mb', type=int, default=512, help='snapshot payload in MiB (default 512)')
-    ap.add_argument('--shards', type=int, default=32, help='equal shards the payload is split into (default 32)')
+    ap.add_argument('--size-mb', type=int, default=768, help='snapshot payload in MiB (default 768)')
+    ap.add_argument('--shards', type=int, default=96,
+                    help='equal shards the payload is split into (default 96, the real snapshot has some 119)')
     ap.add_argument('--runs', type=int, default=3, help='peer runs, the median is the figure (default 3)')
     ap.add_argument('--degree', type=int, default=1, help='hf_cache_peer_relay_degree (default 1, a chain)')
     ap.add_argument('--switch-after', type=int, default=15, help='hf_cache_peer_switch_after_s (default 15)')
@@ -286,7 +287,7 @@ def main():
     ap.add_argument('--hub-all', action='store_true', help='also measure hub on every host')
     ap.add_argument('--no-lab-up', action='store_true',
                     help='do not run lab/lab.sh up --services-only (the lab services run, started from another checkout)')
-    ap.add_argument('--rate', default='100mbit', help='tc rate of every link, hub and hosts (default 100mbit)')
+    ap.add_argument('--rate', default='50mbit', help='tc rate of every link, hub and hosts (default 50mbit)')
     ap.add_argument('--progress-interval', type=int, default=15, help='hf_cache_progress_interval_s (default 15)')
     ap.add_argument('--keep', action='store_true', help='leave the bench containers running (shaping off)')
     args = ap.parse_args()
