@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """What a killed run of the hf_cache peer fan-out left on a host (its copy job, its rsync daemon, their
 files), ended: used by the modules hf_peer_reset and hf_peer_serve (which ends them before it starts this
-run's daemon, in the same task)."""
+run's daemon, in the same task). And the rsync client of hf_peer_copy, started without waiting for it: the
+copy hashes the file rsync writes while rsync runs (AnsibleModule.run_command returns only at its end)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,9 +14,15 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 
 JOB_MARK = 'hf_peer_copy'
+
+
+def start_rsync(argv, env):
+    """rsync started in the background, stdout discarded, stderr readable (text)."""
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, universal_newlines=True)
 
 
 def cmdline(pid):

@@ -283,6 +283,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
 
 CACHE_MODULE = 'inkling-hf'
 RUN_MODULE = 'inkling-hf-run'
@@ -401,8 +402,7 @@ def receive(src, name, folder, rdir, entry, prog):
         prog.current = (entry, lambda: [part])
     hasher = hc.new_hasher(entry)
     seen = 0
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=src.env,
-                            universal_newlines=True)
+    proc = hf_peer_daemon.start_rsync(argv, src.env)
     handle = None
     try:
         while True:
