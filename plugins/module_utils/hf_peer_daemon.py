@@ -20,9 +20,11 @@ import time
 JOB_MARK = 'hf_peer_copy'
 
 
-def start_rsync(argv, env):
-    """rsync started in the background, stdout discarded, stderr readable (text)."""
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, universal_newlines=True)
+def start_rsync(argv, env, stderr=None):
+    """rsync started in the background, stdout discarded, stderr readable (text) or into the open file stderr
+    (a batch's rsync may say more than a pipe holds: a line per blob the source lacks)."""
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr if stderr is not None else subprocess.PIPE,
+                            env=env, universal_newlines=True)
 
 
 def cmdline(pid):

@@ -275,182 +275,12 @@ copy_errors:
 '''
 
 import os
-import re
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
-from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
-from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
-
-CACHE_MODULE = 'inkling-hf'
-RUN_MODULE = 'inkling-hf-run'
-LIST_LINE = re.compile(r'^-\S*\s+([\d,.]+)\s+\S+\s+\S+\s+(\S+)$')
-READ_CHUNK = 4 * 1024 * 1024
-
-
-def err_line(err):
-    """The line of rsync's stderr that says why (the daemon's @ERROR line when there is one)."""
-    lines = [l for l in (err or '').splitlines() if l.strip()]
-    said = [l for l in lines if '@ERROR' in l]
-    return (said or lines or [''])[0 if said else -1]
-
-
-def host_name():
-    return os.uname()[1]
-
-
-def rsync_url(address, port, module, path='', user=None):
-    if ':' in address and not address.startswith('['):
-        address = '[%s]' % address
-    return 'rsync://%s%s:%d/%s/%s' % (user + '@' if user else '', address, port, module, path)
-
-
-class Sources(object):
-    """The ordered sources, the ones dropped and why, and the daemons' answers."""
-
-    def __init__(self, p):
-        self.p = p
-        self.addr = p['addresses']
-        self.order = hf_fanout.relay_sources(p['host'], p['peers'], p['roots'], p['degree'])
-        self.env = dict(os.environ, RSYNC_PASSWORD=p['secret'])
-        self.failed = []
-        self.errors = []
-        self.switches = []
-        self.silent_since = {}
-        self.answered = set()
-        self.started = time.time()
-        self.current = None
-        self.since = time.time()
-
-    def control(self):
-        data = hc.read_json(self.p['control_file'], {}) or {}
-        if data.get('run') != self.p['control_id']:
-            return set(), False, ''      # none yet, or left by an interrupted run
-        return set(data.get('dead') or []), bool(data.get('abort')), data.get('reason') or ''
-
-    def candidates(self, dead):
-        return [s for s in self.order if s not in dead and s not in self.failed]
-
-    def use(self, name):
-        if name != self.current:
-            self.current, self.since = name, time.time()
-
-    def drop(self, name, why):
-        if name in self.failed:
-            return
-        self.failed.append(name)
-        self.errors.append('%s: %s' % (name, why))
-        if name == self.current:
-            self.current = None
-        self.switches.append('from %s after %.0f s: %s' % (name, time.time() - self.since, why))
-
-    def url(self, name, module, path=''):
-        return rsync_url(self.addr[name], self.p['port'], module, path, self.p['user'])
-
-    def rsync(self, argv, timeout=None):
-        try:
-            res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                 env=self.env, timeout=timeout, check=False)
-            return res.returncode, res.stdout, (res.stderr or '').strip()[-400:]
-        except subprocess.TimeoutExpired:
-            return 30, '', 'no answer within %d s' % timeout
-
-    def listing(self, name, folder):
-        """{etag: size} of the verified blobs name's daemon serves, or None when it does not answer."""
-        t = self.p['switch_after_s']
-        rc, out, err = self.rsync(['rsync', '--list-only', '--contimeout=%d' % t, '--timeout=%d' % t,
-                                   self.url(name, CACHE_MODULE, folder + '/blobs/')], timeout=t + 5)
-        if rc not in (0, 23):
-            since = self.silent_since.setdefault(name, time.time())
-            # a daemon never seen may still be starting (its host is slower): start_timeout_s from the start
-            limit = t if name in self.answered else max(t, self.p['start_timeout_s'] - (since - self.started))
-            if time.time() - since >= limit or 'auth failed' in err:
-                self.drop(name, 'its rsync daemon refused or did not answer for %.0f s (rsync rc %d: %s)'
-                          % (time.time() - since, rc, err_line(err)))
-            return None
-        self.silent_since.pop(name, None)
-        self.answered.add(name)
-        out_map = {}
-        for line in out.splitlines():
-            m = LIST_LINE.match(line.strip())
-            if m:
-                out_map[m.group(2)] = int(re.sub(r'[,.]', '', m.group(1)))
-        return out_map
-
-    def gave_up(self, name):
-        path = self.p.get('gave_up_file')
-        if not path:
-            return False
-        rc, dummy, dummy = self.rsync(['rsync', '--list-only', '--contimeout=10', '--timeout=10',
-                                       self.url(name, RUN_MODULE, os.path.basename(path))], timeout=20)
-        return rc == 0
-
-
-def receive(src, name, folder, rdir, entry, prog):
-    """Copy one blob from name into blobs/ETAG.incomplete, hashing it while it arrives, and move it into
-    place when its size and hash are the hub's. Returns (ok, kind, detail): kind 'rsync' or 'hash'."""
-    part = hc.incomplete_path(rdir, entry.etag)
-    if os.path.lexists(part):
-        os.unlink(part)
-    t = src.p['switch_after_s']
-    argv = ['rsync', '--whole-file', '--inplace', '--contimeout=%d' % t, '--timeout=%d' % t,
-            src.url(name, CACHE_MODULE, '%s/blobs/%s' % (folder, entry.etag)), part]
-    with prog.lock:
-        prog.current = (entry, lambda: [part])
-    hasher = hc.new_hasher(entry)
-    seen = 0
-    proc = hf_peer_daemon.start_rsync(argv, src.env)
-    handle = None
-    try:
-        while True:
-            ended = proc.poll() is not None
-            if handle is None and os.path.exists(part):
-                handle = open(part, 'rb')
-            data = handle.read(READ_CHUNK) if handle is not None else b''
-            if data:
-                hasher.update(data)
-                seen += len(data)
-                continue
-            if ended:
-                break
-            time.sleep(0.02)
-        err = (proc.stderr.read() or '').strip()[-400:]
-    finally:
-        if handle is not None:
-            handle.close()
-        with prog.lock:
-            prog.current = None
-    if proc.returncode != 0:
-        if os.path.lexists(part):
-            os.unlink(part)
-        # 23: the source does not hold it (yet)
-        return False, 'missing' if proc.returncode == 23 else 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(err))
-    digest = hasher.hexdigest()
-    if seen != entry.size or digest != entry.etag:
-        os.unlink(part)
-        detail = ('%d bytes, hub says %d' % (seen, entry.size) if seen != entry.size
-                  else '%s is %s, hub says %s' % (entry.algo, digest, entry.etag))
-        return False, 'hash', detail
-    os.chmod(part, 0o644)
-    os.rename(part, hc.blob_path(rdir, entry.etag))
-    return True, None, None
-
-
-def local_blobs(rdir, blobs):
-    """Blobs already on disk with the hub's size and hash (a resumed run); wrong ones are removed."""
-    good = set()
-    for e in blobs:
-        bp = hc.blob_path(rdir, e.etag)
-        if not os.path.isfile(bp) or os.path.islink(bp):
-            continue
-        if os.path.getsize(bp) == e.size and hc.hash_file(bp, e) == e.etag:
-            good.add(e.etag)
-        else:
-            os.unlink(bp)
-    return good
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch as pf
 
 
 def write_pid(path):
@@ -504,23 +334,23 @@ def describe(result):
 def run(module):
     p = module.params
     if not hc.is_commit(p['revision']):
-        module.fail_json(msg='%s: revision must be a 40-hex commit, not %r' % (host_name(), p['revision']))
+        module.fail_json(msg='%s: revision must be a 40-hex commit, not %r' % (pf.host_name(), p['revision']))
     names = p['peers']
     missing = [n for n in names if not p['addresses'].get(n) and n != p['host']]
     if missing:
-        module.fail_json(msg='%s: no address for peers %s (hf_cache_peer_address)' % (host_name(), missing))
+        module.fail_json(msg='%s: no address for peers %s (hf_cache_peer_address)' % (pf.host_name(), missing))
     if p['host'] not in names:
-        module.fail_json(msg='%s: host %s is not one of peers %s' % (host_name(), p['host'], names))
+        module.fail_json(msg='%s: host %s is not one of peers %s' % (pf.host_name(), p['host'], names))
     if not [r for r in p['roots'] if r in names and r != p['host']]:
         module.fail_json(msg='%s: no root among peers %s (roots: %s); nothing to copy from'
-                             % (host_name(), names, p['roots']), holder=False, reason='failed')
+                             % (pf.host_name(), names, p['roots']), holder=False, reason='failed')
     try:
         entries = [hc.FileEntry.from_dict(f) for f in p['files']]
     except (KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg='%s: files must be the hub list of inkling.fleet.hf_hub_files (path, size, etag, lfs): %s'
-                             % (host_name(), exc))
+                             % (pf.host_name(), exc))
     if not entries:
-        module.fail_json(msg='%s: the hub list of %s@%s is empty' % (host_name(), p['repo_id'], p['revision']))
+        module.fail_json(msg='%s: the hub list of %s@%s is empty' % (pf.host_name(), p['repo_id'], p['revision']))
     write_pid(p['pid_file'])
     rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
     folder = os.path.basename(rdir)
@@ -529,18 +359,19 @@ def run(module):
     for d in (os.path.join(rdir, 'blobs'), hc.state_dir(rdir)):
         if not os.path.isdir(d):
             os.makedirs(d)
+    pf.clear_inbox(rdir)          # what a killed run's batch left
     blobs, seen = [], set()
     for e in entries:
         if e.etag not in seen:
             seen.add(e.etag)
             blobs.append(e)
     t0 = time.time()
-    src = Sources(p)
+    src = pf.Sources(p)
     result = {'changed': False, 'holder': False, 'revision': p['revision'], 'problems': [], 'hashed_files': 0,
               'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': src.failed, 'copy_errors': src.errors,
               'switches': src.switches, 'rejected': [], 'sources': {},
               'bytes_total': sum(e.size for e in blobs), 'files_total': len(blobs)}
-    have = local_blobs(rdir, blobs)
+    have = pf.local_blobs(rdir, blobs)
     result['hashed_files'] = len(have)
     need = [e for e in blobs if e.etag not in have]
     ok, msg, space = hc.space_check(p['cache_dir'], sum(e.size for e in need), p['free_space_margin_pct'], p['host'])
@@ -557,6 +388,16 @@ def run(module):
     prog = hc.Progress(p['progress_file'], len(blobs), result['bytes_total'], p['progress_interval_s'],
                        measure=measure, extra={'source': None})
     prog.start()
+
+    def verified(entry, name):
+        need.remove(entry)
+        result['changed'] = True
+        result['hashed_files'] += 1
+        done['bytes'] += entry.size
+        done['files'] += 1
+        result['source'] = name
+        result['sources'][name] = result['sources'].get(name, 0) + entry.size
+
     attempts, waiting, streak = {}, None, False
     while need:
         dead, abort, why = src.control()
@@ -576,9 +417,10 @@ def run(module):
             src.use(cur)
             prog.extra['source'] = cur
         if streak:
-            # right after a blob came, ask for the next one straight away: a source that relays in the same
-            # order usually holds it by now (one connection per blob instead of a listing and a transfer)
-            ready = need[:1]
+            # right after a blob came, ask for what this host lacks straight away, in one connection (rsync takes
+            # the blobs the source holds and skips the others): a source that relays in the same order usually
+            # holds the next one by now, and one that is ahead (this host fell behind) hands over all it holds
+            ready = list(need)
         else:
             listing = src.listing(cur, folder)
             if listing is None:
@@ -589,23 +431,24 @@ def run(module):
             if waiting is not None:
                 result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
                 waiting = None
-            entry = ready[0]
-            got, kind, detail = receive(src, cur, folder, rdir, entry, prog)
-            streak = got
+            if len(ready) == 1:
+                # one blob: one connection, written in place as blobs/ETAG.incomplete
+                ok, kind, detail = pf.receive(src, cur, folder, rdir, ready[0], prog)
+                got, bad = 0, ready[0]
+                if ok:
+                    got, bad = 1, None
+                    verified(ready[0], cur)
+            else:
+                # several: every one the source holds in one connection, each moved in once verified
+                got, kind, detail, bad = pf.receive_batch(src, cur, folder, rdir, ready, prog,
+                                                          lambda e, c=cur: verified(e, c))
+            streak = got > 0
             if kind == 'missing':
                 continue                   # not there yet: the listing decides
-            if got:
-                need.remove(entry)
-                result['changed'] = True
-                result['hashed_files'] += 1
-                done['bytes'] += entry.size
-                done['files'] += 1
-                result['source'] = cur
-                result['sources'][cur] = result['sources'].get(cur, 0) + entry.size
-            elif kind == 'hash':
-                result['rejected'].append('%s: %s: %s' % (cur, entry.path, detail))
-                src.drop(cur, 'it served %s with another content than the hub (%s)' % (entry.path, detail))
-            else:
+            if kind == 'hash':
+                result['rejected'].append('%s: %s: %s' % (cur, bad.path, detail))
+                src.drop(cur, 'it served %s with another content than the hub (%s)' % (bad.path, detail))
+            elif kind is not None:
                 attempts[cur] = attempts.get(cur, 0) + 1
                 with prog.lock:
                     prog.retries += 1
@@ -710,7 +553,7 @@ def main():
                 os.makedirs(module.params['cache_dir'])
             run(module)
         except (hc.HfCacheError, IOError, OSError) as exc:
-            module.fail_json(msg='%s: %s' % (host_name(), exc), holder=False, reason='failed')
+            module.fail_json(msg='%s: %s' % (pf.host_name(), exc), holder=False, reason='failed')
     except SystemExit as exc:
         # fail_json exits with 1; an exit without a verified snapshot marked itself (finish)
         if exc.code not in (None, 0):

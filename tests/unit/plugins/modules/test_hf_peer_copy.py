@@ -413,3 +413,106 @@ def test_a_lagging_parent_is_left_for_the_holder_not_for_the_next_ancestor(tmp_p
     assert rc == 0, res
     assert res['holder'] is True and res['failed_sources'] == ['b'] and res['sources'] == {'root': res['bytes_total']}
     assert res['switches'][0].endswith('while root held it, now from root')
+
+
+# --- several blobs from one source in one rsync connection --------------------------------------------------------
+
+def rsync_log_shim(tmp_path):
+    """A PATH with an rsync that logs its arguments and runs the real one: (env for run_module, read_log)."""
+    real = shutil.which('rsync')
+    shim = tmp_path / 'shim'
+    shim.mkdir()
+    log = tmp_path / 'rsync-calls.log'
+    (shim / 'rsync').write_text('#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\nexec %s "$@"\n' % (log, real))
+    os.chmod(str(shim / 'rsync'), 0o755)
+
+    def calls():
+        lines = log.read_text().splitlines() if log.exists() else []
+        return ([l for l in lines if '--files-from=' in l],
+                [l for l in lines if '--list-only' not in l and '--files-from=' not in l])
+    return {'PATH': '%s:%s' % (shim, os.environ['PATH'])}, calls
+
+
+def copy_env(tmp_path, env, *args, **kw):
+    """copy() with env for the module's process."""
+    import inkling_test_helpers   # pylint: disable=import-outside-toplevel
+    orig = inkling_test_helpers.run_module
+
+    def with_env(name, margs, tmp_path=None, **rest):
+        return orig(name, margs, env=env, tmp_path=tmp_path, **rest)
+    globals()['run_module'] = with_env
+    try:
+        return copy(tmp_path, *args, **kw)
+    finally:
+        globals()['run_module'] = orig
+
+
+def test_a_source_holding_several_blobs_hands_them_over_in_one_connection(tmp_path, source):
+    env, calls = rsync_log_shim(tmp_path)
+    dest = str(tmp_path / 'cache')
+    rc, res = copy_env(tmp_path, env, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
+    assert rc == 0, res
+    k = res['files_total']
+    assert k > 3 and res['holder'] is True and res['hashed_files'] == k and res['sources'] == {'src': res['bytes_total']}
+    batches, single = calls()
+    # one listing, then every blob in one rsync connection: no connection per blob
+    assert len(batches) == 1 and single == [], (batches, single)
+    rdir = hc.repo_dir(dest, REPO_ID)
+    assert not os.path.exists(os.path.join(hc.state_dir(rdir), 'incoming'))   # the inbox is gone
+    assert not [n for n in os.listdir(os.path.join(rdir, 'blobs')) if n.startswith('.') or 'incomplete' in n]
+    with open(tmp_path / 'progress.json') as f:
+        prog = json.load(f)
+    assert prog['state'] == 'done' and prog['files_done'] == k and prog['bytes_done'] == prog['bytes_total']
+
+
+def test_a_single_missing_blob_takes_the_per_blob_path(tmp_path, source):
+    """A resumed receiver that lacks one blob fetches it alone, written in place as ETAG.incomplete."""
+    env, calls = rsync_log_shim(tmp_path)
+    dest = str(tmp_path / 'cache')
+    blobs = os.path.join(hc.repo_dir(dest, REPO_ID), 'blobs')
+    os.makedirs(blobs)
+    names = sorted(os.listdir(os.path.join(source['rdir'], 'blobs')))
+    for name in names[1:]:
+        shutil.copy(os.path.join(source['rdir'], 'blobs', name), blobs)
+    rc, res = copy_env(tmp_path, env, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
+    assert rc == 0 and res['holder'] is True, res
+    batches, single = calls()
+    assert batches == [] and len(single) == 1
+    assert single[0].split()[-2].endswith('/blobs/' + names[0]) and single[0].endswith('/%s.incomplete' % names[0])
+
+
+def test_a_forged_blob_in_a_batch_is_rejected_the_verified_ones_kept_and_it_is_refetched(tmp_path, source, hub):  # pylint: disable=redefined-outer-name
+    """a serves every blob, one of them forged (its manifest agreeing): the batch from a stops at the forged
+    blob, the blobs verified before it stay, a is dropped and the rest, the forged one included, comes from src."""
+    a_tmp = tmp_path / 'a'
+    a_cache = str(a_tmp / 'cache')
+    shutil.copytree(source['cache'], a_cache, symlinks=True)
+    rdir = hc.repo_dir(a_cache, REPO_ID)
+    etags = sorted(os.listdir(os.path.join(rdir, 'blobs')))
+    forged = os.path.join(rdir, 'blobs', etags[len(etags) // 2])   # rsync sends in name order: some come before
+    size = os.path.getsize(forged)
+    with open(forged, 'wb') as f:
+        f.write(b'\1' * size)
+    env, calls = rsync_log_shim(tmp_path)
+    proc = start_daemon(a_tmp, a_cache, source['port'], address='127.0.0.2')
+    try:
+        dest = str(tmp_path / 'cache')
+        rc, res = copy_env(tmp_path, env, source, dest,
+                           P(('a', '127.0.0.2'), ('src', '127.0.0.1'), ('dst', DEAD)), ['a', 'src'])
+    finally:
+        stop(proc)
+    assert rc == 0, res
+    entry = hc.FileEntry.from_dict([f for f in source['files'] if f['etag'] == os.path.basename(forged)][0])
+    path = entry.path
+    assert res['holder'] is True and res['failed_sources'] == ['a']
+    assert res['rejected'] == ['a: %s: %s' % (path, res['rejected'][0].split(': ', 2)[2])]
+    assert 'is %s, hub says %s' % (hc.hash_file(forged, entry), entry.etag) in res['rejected'][0]
+    # the blobs before the forged one came from a, the rest from src, each once
+    before = [e for e in etags if e < os.path.basename(forged)]
+    sizes = dict((f['etag'], f['size']) for f in source['files'])
+    assert res['sources'] == {'a': sum(sizes[e] for e in before), 'src': res['bytes_total'] - sum(sizes[e] for e in before)}
+    batches, dummy = calls()
+    assert len(batches) >= 2 and '127.0.0.2' in batches[0] and '127.0.0.1' in batches[1]
+    assert 'now from src' in res['msg'] and 'rejected 1 blob(s)' in res['msg']
+    blob = os.path.join(hc.repo_dir(dest, REPO_ID), 'blobs', os.path.basename(forged))
+    assert hc.hash_file(blob, entry) == entry.etag and size == entry.size
