@@ -57,9 +57,11 @@ LAB_NETWORK = 'inkling-lab'
 LAB_IMAGE = 'localhost/inkling-lab-host:trixie'
 REPO_ID = 'inkling-bench/fanout-synthetic'
 CACHE_DIR = '/srv/bench/hub'
-# the relay's fixed costs per file (an rsync connection, the rename) and per hop (half the receiver's
-# 0.5 s poll and a listing), measured on the lab: see bench/README.md
-PER_FILE_S = 0.15
+# the relay's fixed costs per rsync connection of a receiver (connect, authenticate; a receiver behind its
+# source takes every blob the source holds in one), per file (the rename, the end of the hash) and per hop
+# (half the receiver's 0.5 s poll and a listing), measured on the lab: see bench/README.md
+PER_CONNECTION_S = 0.15
+PER_FILE_S = 0.02
 PER_HOP_S = 0.4
 
 sys.path.insert(0, os.path.join(REPO, 'collections'))
@@ -348,7 +350,7 @@ def file_sizes(commit):
 def model(hosts, args, sizes, degree=None):
     """The schedule model for this snapshot, every link args.rate."""
     return hf_fanout.schedule(hosts, sizes, rate_bps(args.rate), degree=degree or args.degree,
-                              per_file_s=PER_FILE_S, per_hop_s=PER_HOP_S)
+                              per_file_s=PER_FILE_S, per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S)
 
 
 def report(results, hosts, args, files, total, bps, sizes):
@@ -384,9 +386,10 @@ def report(results, hosts, args, files, total, bps, sizes):
             per_file = max((first - wire) / len(sizes), 0.0)
             print('first receiver: jobs of %s s, of which %s s waiting for the seed (it copies while the seed '
                   'downloads)' % (', '.join('%d' % x[0] for x in relays), ', '.join('%d' % x[2] for x in relays)))
-            for label, cost in (('model', PER_FILE_S), ('model calibrated (%.2f s per file)' % per_file, per_file)):
-                ready = hf_fanout.schedule(n, sizes, rate_bps(args.rate), degree=args.degree,
-                                           per_file_s=cost, per_hop_s=PER_HOP_S)['makespan_s']
+            for label, cost, conn in (('model', PER_FILE_S, PER_CONNECTION_S),
+                                      ('model calibrated (%.2f s per file)' % per_file, per_file, 0.0)):
+                ready = hf_fanout.schedule(n, sizes, rate_bps(args.rate), degree=args.degree, per_file_s=cost,
+                                           per_hop_s=PER_HOP_S, per_connection_s=conn)['makespan_s']
                 rmed = statistics.median([x[1] for x in relays])
                 print('relay (the last receiver\'s job, started with the seed\'s download): runs %s, median %.0f s; '
                       '%s %.1f s, %.0f%% off %s' % (', '.join('%d' % x[1] for x in relays), rmed, label, ready,
@@ -404,7 +407,7 @@ def report(results, hosts, args, files, total, bps, sizes):
           % one['makespan_s'])
     for count in (8, 64, 256, 1024):
         best, preds = hf_fanout.best_degree(count, sizes, rate_bps(args.rate), per_file_s=PER_FILE_S,
-                                            per_hop_s=PER_HOP_S)
+                                            per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S)
         print('  %5d hosts: chain %.2f x, best degree %d: %.2f x'
               % (count, preds[1] / one['makespan_s'], best, preds[best] / one['makespan_s']))
     print('load: 1-minute load average of this machine (%d CPUs) when the run ended' % os.cpu_count())

@@ -139,15 +139,20 @@ def relay_sources(host, peers, roots, degree=1):
     return chain + rest
 
 
-def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0, per_hop_s=0.0, roots=1):
+def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0, per_hop_s=0.0, roots=1,
+             per_connection_s=0.0):
     """Predicted completion of a pipelined relay (store and forward per file), in seconds.
 
     ``hosts`` hosts (the roots included), the files' ``sizes`` in bytes in the order they are relayed,
     every host's link ``rate_bps`` bits/s (full duplex, equal), the hub's link ``hub_rate_bps`` (default
     the same). A root takes file j from the hub after file j-1; a receiver takes file j from its parent
     once the parent holds it and it holds file j-1; a parent in a tree of ``degree`` sends to its children
-    at once, each at ``rate / children``. ``per_file_s`` is the fixed cost of one file (a connection, a
-    rename), ``per_hop_s`` the delay before a receiver sees that its parent holds a file (its polling).
+    at once, each at ``rate / children``. ``per_file_s`` is the fixed cost of one file (its rename, the end of
+    its hash), ``per_hop_s`` the delay before a receiver sees that its parent holds a file (its polling), and
+    ``per_connection_s`` the fixed cost of one rsync connection of a receiver (connect, authenticate, file
+    list): a receiver takes, in one connection, every file its parent holds when it asks (``hf_peer_copy``'s
+    batch), so a receiver that fell behind its parent pays it once for all the files it catches up on, and one
+    that keeps up pays it once per file.
 
     Returns ``{'host_s': [completion of each host, in relay order], 'makespan_s', 't1_s', 'ratio'}`` where
     ``t1_s`` is one host's transfer from the hub alone and ``ratio`` = makespan / t1. For F equal files on
@@ -175,11 +180,18 @@ def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0
     for h in names[roots:]:
         par = parent[h]
         share = len(children.get(par, [])) or 1
-        t, out = 0.0, []
-        for j, s in enumerate(sizes):
+        t, out, j = 0.0, [], 0
+        while j < len(sizes):
             start = max(t, done[par][j] + per_hop_s)
-            t = start + s * share / rate + per_file_s
-            out.append(t)
+            # one connection: every file from j on the parent holds by then (it holds them in relay order)
+            k = j + 1
+            while k < len(sizes) and done[par][k] + per_hop_s <= start:
+                k += 1
+            t = start + per_connection_s
+            for s in sizes[j:k]:
+                t += s * share / rate + per_file_s
+                out.append(t)
+            j = k
         done[h] = out
     finish = [done[h][-1] if sizes else 0.0 for h in names]
     t1 = sum(sizes) / hub + per_file_s * len(sizes)

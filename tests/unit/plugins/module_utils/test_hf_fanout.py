@@ -129,6 +129,22 @@ def test_the_model_of_a_chain_is_t1_times_one_plus_n_minus_1_over_f():
     assert abs(slow['makespan_s'] - (32 * 1.1 + 7 * (1.1 + 0.5))) < 1e-9
 
 
+def test_the_model_pays_a_connection_per_batch_not_per_file():
+    # the root gets all 10 files at once (a fast hub): the receiver takes the first one as soon as it sees it,
+    # then the nine others in one connection (two connections, not ten)
+    full = hf_fanout.schedule(2, [10 ** 6] * 10, 8e6, hub_rate_bps=8e15, per_connection_s=0.5, per_hop_s=0.1)
+    assert abs(full['host_s'][1] - (0.1 + 2 * 0.5 + 10 * 1.0)) < 1e-6
+    # a receiver that keeps up (the root gets a file every 2 s from a slower hub, the receiver relays it in
+    # 0.5 + 1 s) pays a connection per file: the last one 1.5 s after the root's
+    step = hf_fanout.schedule(2, [10 ** 6] * 10, 8e6, hub_rate_bps=4e6, per_connection_s=0.5)
+    assert abs(step['host_s'][1] - (20.0 + 1.5)) < 1e-9
+    # a receiver slower than its root (1 s a file) falls behind and catches up in batches: 12 connections for
+    # 40 files, 47 s (a connection per file would take 1 + 40 x 1.5 = 61 s)
+    assert abs(hf_fanout.schedule(2, [10 ** 6] * 40, 8e6, per_connection_s=0.5)['host_s'][1] - 47.0) < 1e-9
+    # without a connection cost, batching changes nothing: the closed form holds
+    assert abs(hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, per_connection_s=0.0)['makespan_s'] - 39.0) < 1e-9
+
+
 def test_the_model_of_a_tree_shares_the_parent_link():
     # binary tree of 7 hosts, 1 file: each level halves the rate: 1 + 2 + 2 = 5 s
     pred = hf_fanout.schedule(7, [10 ** 6], 8e6, degree=2)
