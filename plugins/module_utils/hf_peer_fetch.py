@@ -163,11 +163,9 @@ def receive(src, name, folder, rdir, entry, prog):
             os.unlink(part)
         # 23: the source does not hold it (yet)
         return False, 'missing' if proc.returncode == 23 else 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(err))
-    digest = hasher.hexdigest()
-    if seen != entry.size or digest != entry.etag:
+    detail = verdict(entry, seen, hasher.hexdigest())
+    if detail:
         os.unlink(part)
-        detail = ('%d bytes, hub says %d' % (seen, entry.size) if seen != entry.size
-                  else '%s is %s, hub says %s' % (entry.algo, digest, entry.etag))
         return False, 'hash', detail
     os.chmod(part, 0o644)
     os.rename(part, hc.blob_path(rdir, entry.etag))

@@ -20,6 +20,11 @@ description:
     parent holds it, while the rest is still arriving, and passes it on itself as soon as it verified it: a
     blob appears under its final name C(blobs/ETAG), which the host''s rsync daemon serves, only after its hash
     matched. N hosts finish in about one transfer time plus one file per hop, and the hub sends the snapshot once.'
+  - 'When the source holds several blobs this host lacks (it fell behind, or started after its source), they come
+    in one rsync connection (C(--files-from) the blob names, into C(.inkling/incoming/)); each is hashed while it
+    arrives and moved in as soon as it is complete and verified, while the rest of the batch arrives. Right after
+    a blob came the receiver asks for everything it still lacks the same way. A single blob is taken alone into
+    C(blobs/ETAG.incomplete).'
   - 'Every byte is checked against O(files), the hub''s file list with sizes and hashes that the controller fetched
     from the hub (M(inkling.fleet.hf_hub_files)) and handed to every host: sha256 for LFS files, the git blob sha1
     for the small ones. Nothing a peer serves is trusted: a peer that serves a blob with another hash (a forged

@@ -119,7 +119,7 @@ def P(*pairs):
     return [n for n, dummy in pairs], dict(pairs)
 
 
-def copy(tmp_path, src, dest_cache, peers, roots, host='dst', control=None, **extra):
+def copy(tmp_path, src, dest_cache, peers, roots, host='dst', control=None, env=None, **extra):
     ctl = tmp_path / 'control.json'
     if control is not None:
         ctl.write_text(json.dumps(dict(control, run='run-1')))
@@ -129,7 +129,7 @@ def copy(tmp_path, src, dest_cache, peers, roots, host='dst', control=None, **ex
             'pid_file': str(tmp_path / 'copy.pid'), 'control_file': str(ctl), 'control_id': 'run-1',
             'poll_interval_s': 0.1, 'retries': 0, 'switch_after_s': 2, 'start_timeout_s': 1, 'progress_interval_s': 0.2}
     args.update(extra)
-    return run_module('hf_peer_copy', args, tmp_path=tmp_path)
+    return run_module('hf_peer_copy', args, env=env, tmp_path=tmp_path)
 
 
 def listing(url, password=SECRET):
@@ -433,24 +433,10 @@ def rsync_log_shim(tmp_path):
     return {'PATH': '%s:%s' % (shim, os.environ['PATH'])}, calls
 
 
-def copy_env(tmp_path, env, *args, **kw):
-    """copy() with env for the module's process."""
-    import inkling_test_helpers   # pylint: disable=import-outside-toplevel
-    orig = inkling_test_helpers.run_module
-
-    def with_env(name, margs, tmp_path=None, **rest):
-        return orig(name, margs, env=env, tmp_path=tmp_path, **rest)
-    globals()['run_module'] = with_env
-    try:
-        return copy(tmp_path, *args, **kw)
-    finally:
-        globals()['run_module'] = orig
-
-
 def test_a_source_holding_several_blobs_hands_them_over_in_one_connection(tmp_path, source):
     env, calls = rsync_log_shim(tmp_path)
     dest = str(tmp_path / 'cache')
-    rc, res = copy_env(tmp_path, env, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
+    rc, res = copy(tmp_path, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'], env=env)
     assert rc == 0, res
     k = res['files_total']
     assert k > 3 and res['holder'] is True and res['hashed_files'] == k and res['sources'] == {'src': res['bytes_total']}
@@ -474,7 +460,7 @@ def test_a_single_missing_blob_takes_the_per_blob_path(tmp_path, source):
     names = sorted(os.listdir(os.path.join(source['rdir'], 'blobs')))
     for name in names[1:]:
         shutil.copy(os.path.join(source['rdir'], 'blobs', name), blobs)
-    rc, res = copy_env(tmp_path, env, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'])
+    rc, res = copy(tmp_path, source, dest, P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'], env=env)
     assert rc == 0 and res['holder'] is True, res
     batches, single = calls()
     assert batches == [] and len(single) == 1
@@ -497,8 +483,8 @@ def test_a_forged_blob_in_a_batch_is_rejected_the_verified_ones_kept_and_it_is_r
     proc = start_daemon(a_tmp, a_cache, source['port'], address='127.0.0.2')
     try:
         dest = str(tmp_path / 'cache')
-        rc, res = copy_env(tmp_path, env, source, dest,
-                           P(('a', '127.0.0.2'), ('src', '127.0.0.1'), ('dst', DEAD)), ['a', 'src'])
+        rc, res = copy(tmp_path, source, dest, P(('a', '127.0.0.2'), ('src', '127.0.0.1'), ('dst', DEAD)), ['a', 'src'],
+                       env=env)
     finally:
         stop(proc)
     assert rc == 0, res
