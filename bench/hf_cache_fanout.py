@@ -262,17 +262,19 @@ def measure(name, hosts, inventory, varsfile, commit, total, source, tag='', kil
 
 
 def relay_seconds(log):
-    """(first, last, waited): the shortest and the longest receiver job of a peer run (from its start to its
-    verified snapshot) and the seconds the shortest one waited for its source, from the log. The receivers'
+    """(first, last, waited, connections): the shortest and the longest receiver job of a peer run (from its start
+    to its verified snapshot), the seconds the shortest one waited for its source and the rsync connections that
+    brought its blobs (one per batch), from the log. The receivers'
     jobs start in the task after the seed's download: the first receiver copies from the seed while the seed
     downloads, so its wait is the sign that the relay runs beside the hub download."""
     with open(log) as f:
         text = re.sub(r'\s+', ' ', f.read())
-    jobs = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(
-        r"against the hub'+s hashes \(\d+ blobs, [^)]*\) in (\d+) s, (\d+) s of it waiting", text)]
+    jobs = [(int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else None) for m in re.finditer(
+        r"against the hub'+s hashes \(\d+ blobs, [^)]*\) in (\d+) s, (\d+) s of it waiting"
+        r"(?: for a source, in (\d+) rsync connection)?", text)]
     if not jobs:
         return None
-    return min(j[0] for j in jobs), max(j[0] for j in jobs), min(jobs)[1]
+    return min(j[0] for j in jobs), max(j[0] for j in jobs), min(jobs)[1], min(jobs)[2]
 
 
 def main():
@@ -385,7 +387,9 @@ def report(results, hosts, args, files, total, bps, sizes):
             wire = sum(sizes) * 8 / rate_bps(args.rate)
             per_file = max((first - wire) / len(sizes), 0.0)
             print('first receiver: jobs of %s s, of which %s s waiting for the seed (it copies while the seed '
-                  'downloads)' % (', '.join('%d' % x[0] for x in relays), ', '.join('%d' % x[2] for x in relays)))
+                  'downloads); %s rsync connections for %d blobs'
+                  % (', '.join('%d' % x[0] for x in relays), ', '.join('%d' % x[2] for x in relays),
+                     ', '.join('-' if x[3] is None else '%d' % x[3] for x in relays), len(sizes)))
             for label, cost, conn in (('model', PER_FILE_S, PER_CONNECTION_S),
                                       ('model calibrated (%.2f s per file)' % per_file, per_file, 0.0)):
                 ready = hf_fanout.schedule(n, sizes, rate_bps(args.rate), degree=args.degree, per_file_s=cost,

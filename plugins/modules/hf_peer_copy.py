@@ -259,6 +259,11 @@ files_total:
   description: Blobs of the snapshot.
   returned: always
   type: int
+connections:
+  description: rsync connections that fetched blobs (one per blob taken alone, one per batch of the blobs a source
+    held); the listings are not counted.
+  returned: always
+  type: int
 waited_s:
   description: Seconds spent waiting for a source to hold the next blob.
   returned: always
@@ -373,7 +378,7 @@ def run(module):
     t0 = time.time()
     src = pf.Sources(p)
     result = {'changed': False, 'holder': False, 'revision': p['revision'], 'problems': [], 'hashed_files': 0,
-              'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': src.failed, 'copy_errors': src.errors,
+              'connections': 0, 'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': src.failed, 'copy_errors': src.errors,
               'switches': src.switches, 'rejected': [], 'sources': {},
               'bytes_total': sum(e.size for e in blobs), 'files_total': len(blobs)}
     have = pf.local_blobs(rdir, blobs)
@@ -436,6 +441,7 @@ def run(module):
             if waiting is not None:
                 result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
                 waiting = None
+            result['connections'] += 1
             if len(ready) == 1:
                 # one blob: one connection, written in place as blobs/ETAG.incomplete
                 ok, kind, detail = pf.receive(src, cur, folder, rdir, ready[0], prog)
@@ -509,10 +515,10 @@ def run(module):
     result['holder'] = True
     result['changed'] = True
     result['msg'] = '%s: %s@%s received from %s and verified against the hub\'s hashes (%d blobs, %s) in %.0f s, ' \
-                    '%.0f s of it waiting for a source%s' % (
+                    '%.0f s of it waiting for a source, in %d rsync connection(s)%s' % (
                         p['host'], p['repo_id'], commit[:12], ', '.join(sorted(result['sources'])) or 'this host',
                         len(blobs), hc.human_bytes(result['bytes_total']), result['copy_s'], result['waited_s'],
-                        describe(result))
+                        result['connections'], describe(result))
     finish(module, result, prog, 'done')
 
 

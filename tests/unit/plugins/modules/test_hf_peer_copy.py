@@ -443,6 +443,7 @@ def test_a_source_holding_several_blobs_hands_them_over_in_one_connection(tmp_pa
     batches, single = calls()
     # one listing, then every blob in one rsync connection: no connection per blob
     assert len(batches) == 1 and single == [], (batches, single)
+    assert res['connections'] == 1 and 'waiting for a source, in 1 rsync connection(s)' in res['msg']
     rdir = hc.repo_dir(dest, REPO_ID)
     assert not os.path.exists(os.path.join(hc.state_dir(rdir), 'incoming'))   # the inbox is gone
     assert not [n for n in os.listdir(os.path.join(rdir, 'blobs')) if n.startswith('.') or 'incomplete' in n]
