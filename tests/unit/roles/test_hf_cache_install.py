@@ -1,0 +1,69 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The hf_cache role's installation check (roles/hf_cache/tasks/install.yml) run by ansible-playbook on localhost,
+followed by the condition main.yml stages under: a host whose staging python already has the pinned
+huggingface_hub runs no stat of that python (its version proves it; one module run less on every host) and
+stages; a host without it, in check mode, previews the install, finds no python and says that check mode stops
+there."""
+
+import os
+import subprocess
+import sys
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROLE = os.path.join(REPO, 'roles', 'hf_cache')
+
+
+def stage_condition():
+    """The `when` of main.yml's Stage block, as written."""
+    with open(os.path.join(ROLE, 'tasks', 'main.yml')) as f:
+        return [t for t in yaml.safe_load(f) if t.get('name') == 'Stage'][0]['when']
+
+
+def run_play(tmp_path, venv, check):
+    play = [{
+        'name': 'The role installation check, then main.yml\'s condition',
+        'hosts': 'localhost',
+        'gather_facts': False,
+        'vars': {'hf_cache_venv': venv, 'hf_cache_repo_id': 'org/name', 'hf_cache_revision': 'main',
+                 'hf_cache_source': 'hub'},
+        'tasks': [
+            {'name': 'Installation check', 'ansible.builtin.include_role': {'name': 'inkling.fleet.hf_cache',
+                                                                            'tasks_from': 'install'}},
+            {'name': 'Stage', 'ansible.builtin.debug': {'msg': 'STAGE-RUNS'}, 'when': stage_condition()},
+            {'name': 'Was the python stat run', 'ansible.builtin.debug': {
+                'msg': "STAT-{{ 'SKIPPED' if __hf_cache_python_stat is skipped else 'RAN' }}"}},
+        ]}]
+    path = tmp_path / 'play.yml'
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_FORCE_COLOR='0',
+               ANSIBLE_NOCOLOR='1', ANSIBLE_LOCALHOST_WARNING='false')
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', 'localhost,', '-c', 'local',
+            '-e', 'ansible_python_interpreter=' + sys.executable, str(path)] + (['--check'] if check else [])
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout
+    return ' '.join(proc.stdout.split())       # the callback wraps long messages
+
+
+def test_an_installed_staging_python_is_not_stat_ed_and_the_host_stages(tmp_path):
+    with open(os.path.join(ROLE, 'defaults', 'main.yml')) as f:
+        pinned = yaml.safe_load(f)['hf_cache_huggingface_hub_version']
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True)
+    python = venv / 'bin' / 'python'
+    python.write_text('#!/bin/sh\necho %s\n' % pinned)     # answers the version question like the real one
+    os.chmod(str(python), 0o755)
+    out = run_play(tmp_path, str(venv), check=False)
+    assert 'STAT-SKIPPED' in out and 'STAGE-RUNS' in out, out
+    assert 'nothing more can be checked' not in out
+
+
+def test_check_mode_without_the_staging_python_previews_the_install_and_stops(tmp_path):
+    venv = str(tmp_path / 'absent')
+    out = run_play(tmp_path, venv, check=True)
+    assert 'STAT-RAN' in out and 'STAGE-RUNS' not in out, out
+    assert 'check mode: %s would be created' % venv in out and 'nothing more can be checked' in out
+    assert not os.path.exists(venv)
