@@ -503,3 +503,18 @@ def test_a_forged_blob_in_a_batch_is_rejected_the_verified_ones_kept_and_it_is_r
     assert 'now from src' in res['msg'] and 'rejected 1 blob(s)' in res['msg']
     blob = os.path.join(hc.repo_dir(dest, REPO_ID), 'blobs', os.path.basename(forged))
     assert hc.hash_file(blob, entry) == entry.etag and size == entry.size
+
+
+def test_the_role_removes_the_inbox_of_a_job_killed_during_a_batch():
+    """hf_peer_reset (the role's leftovers) removes the inbox hf_peer_fetch writes a batch into."""
+    from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch as pf  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(REPO, 'roles', 'hf_cache', 'vars', 'main.yml')) as f:
+        role_vars = yaml.safe_load(f)
+    with open(os.path.join(REPO, 'roles', 'hf_cache', 'defaults', 'main.yml')) as f:
+        defaults = yaml.safe_load(f)
+    variables = dict(defaults, **role_vars)
+    variables.update(hf_cache_dir='/srv/hub', hf_cache_repo_id=REPO_ID)
+    variables = dict((k, trust_as_template(v) if isinstance(v, str) else v) for k, v in variables.items())
+    templar = Templar(loader=DataLoader(), variables=variables)
+    leftovers = [templar.template(trust_as_template(x)) for x in role_vars['__hf_cache_peer_leftovers']]
+    assert pf.inbox_dir(hc.repo_dir('/srv/hub', REPO_ID)) in leftovers, leftovers
