@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters for multi-node replicas (plugins/module_utils/replica.py)."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.inkling.fleet.plugins.module_utils import replica as rep
+
+
+def replica_of(host_order, hostvars, host):
+    try:
+        return rep.replica_of(host, list(host_order), hostvars)
+    except rep.ReplicaError as e:
+        raise AnsibleFilterError(str(e))
+
+
+def replica_with_gpus(replica, hostvars, fact='__preflight_gpu_info'):
+    if not replica:
+        return None
+    gpus = {}
+    for member in replica['members']:
+        try:
+            gpus[member] = (hostvars[member].get(fact) or {}).get('nvidia_gpu')
+        except (KeyError, AttributeError):
+            gpus[member] = None
+    out = dict(replica)
+    out['gpus'] = gpus
+    return out
+
+
+def rollout_plan(hosts, hostvars, key, default):
+    """``hosts`` or ``serial`` of the restart play from the plan play 1 published as
+    ``rollout_batch_plan`` (the first host of ``hosts`` that has it), else ``default``."""
+    for host in hosts or []:
+        try:
+            plan = hostvars[host].get('rollout_batch_plan')
+        except (KeyError, AttributeError):
+            plan = None
+        if plan:
+            return plan[key]
+    return default
+
+
+def replica_batches(hosts, hostvars, serial, fact='rollout_deployment'):
+    """(order, sizes) of rep.batches from the hosts' deployment contracts (their ``fact``)."""
+    replica_map, heads = {}, {}
+    for host in hosts:
+        try:
+            contract = hostvars[host].get(fact)
+        except (KeyError, AttributeError):
+            contract = None
+        info = ((contract or {}).get('entry') or {}).get('replica') or {}
+        if info.get('name'):
+            replica_map[host] = info['name']
+            heads[info['name']] = info.get('head')
+    order, sizes = rep.batches(list(hosts), replica_map, serial, heads)
+    return {'hosts': order, 'serial': sizes}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'replica_of': replica_of, 'replica_with_gpus': replica_with_gpus, 'rollout_plan': rollout_plan,
+                'replica_batches': replica_batches}
