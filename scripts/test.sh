@@ -8,7 +8,7 @@
 # Each step runs even when an earlier one failed; the exit status is non-zero if any
 # failed. The end shows each step's time and a line counting steps passed and failed.
 #
-# Environment: MOLECULE_SCENARIOS (default: all five), FRESH_MACHINE=0 skips the
+# Environment: MOLECULE_SCENARIOS (default: all six), FRESH_MACHINE=0 skips the
 # pristine-root check (it needs root, debootstrap and about 5 minutes).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +20,7 @@ export PATH="$top/.venv/bin:$PATH"
 export CONTAINERS_CONF="$top/lab/conf/containers.conf"
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 
-scenarios=${MOLECULE_SCENARIOS:-"preflight hf_cache image service default"}
+scenarios=${MOLECULE_SCENARIOS:-"preflight hf_cache image service replica default"}
 passed=0 failed=0 failed_steps=() timings=()
 record() { # record NAME RC SECONDS
   if [ "$2" = 0 ]; then

@@ -60,7 +60,38 @@ def replica_batches(hosts, hostvars, serial, fact='rollout_deployment'):
     return {'hosts': order, 'serial': sizes}
 
 
+def _fact(hostvars, host, fact):
+    try:
+        return hostvars[host].get(fact)
+    except (KeyError, AttributeError):
+        return None
+
+
+def replica_partners_with(members, hostvars, host, fact):
+    """The members other than ``host`` whose ``fact`` is set and not empty."""
+    return [m for m in members or [] if m != host and _fact(hostvars, m, fact)]
+
+
+def replica_partners_without(members, hostvars, host, fact):
+    """The members other than ``host`` whose ``fact`` is not set (or empty)."""
+    return [m for m in members or [] if m != host and not _fact(hostvars, m, fact)]
+
+
+def replica_gate_problems(members, hostvars, gate_fact='__rollout_gate', state_fact='__rollout_member_state',
+                          baseline_fact='__rollout_nrestarts'):
+    """rep.gate_problems from the members' registered results."""
+    results = {}
+    for member in members or []:
+        state = _fact(hostvars, member, state_fact) or {}
+        baseline = _fact(hostvars, member, baseline_fact) or {}
+        results[member] = {'gate': _fact(hostvars, member, gate_fact),
+                           'state': state.get('stdout') if not state.get('skipped') else None,
+                           'baseline': (baseline.get('stdout') or '0').strip() or '0'}
+    return rep.gate_problems(list(members or []), results)
+
+
 class FilterModule(object):
     def filters(self):
         return {'replica_of': replica_of, 'replica_with_gpus': replica_with_gpus, 'rollout_plan': rollout_plan,
-                'replica_batches': replica_batches}
+                'replica_batches': replica_batches, 'replica_partners_with': replica_partners_with,
+                'replica_partners_without': replica_partners_without, 'replica_gate_problems': replica_gate_problems}

@@ -138,3 +138,35 @@ def batches(hosts, replica_map, serial, heads=None):
         position += count
         step += 1
     return order, sizes
+
+
+def gate_problems(members, results):
+    """Why a replica did not pass its gate as a whole (empty: it did). ``members``: head first.
+    ``results``: member -> {'gate': the head's registered inkling.fleet.vllm_gate result (or
+    None), 'state': a worker's ``systemctl show --property=ActiveState,NRestarts`` output (or
+    None), 'baseline': the worker's NRestarts before the restart}. A member without a result did
+    not get this far in the run (it failed or ended before)."""
+    problems = []
+    head = members[0]
+    gate = (results.get(head) or {}).get('gate')
+    if not gate:
+        problems.append('the head %s did not reach its gate' % head)
+    elif gate.get('failed'):
+        problems.append('the head %s failed its gate: %s' % (head, gate.get('msg') or 'no message'))
+    for worker in members[1:]:
+        res = results.get(worker) or {}
+        state = res.get('state')
+        if state is None:
+            problems.append('the worker %s did not get as far as its restart' % worker)
+            continue
+        fields = dict(line.split('=', 1) for line in str(state).splitlines() if '=' in line)
+        active = fields.get('ActiveState', 'unknown')
+        try:
+            restarts = int(fields.get('NRestarts') or 0) - int(res.get('baseline') or 0)
+        except ValueError:
+            restarts = 0
+        if active != 'active':
+            problems.append('the worker %s is %s' % (worker, active))
+        elif restarts > 0:
+            problems.append('the worker %s restarted %d time(s) since its restart (it crashed)' % (worker, restarts))
+    return problems

@@ -21,7 +21,7 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
     pending -> staged | stage_failed | not_reached
     staged -> unchanged | would_restart | stage_only | not_reached | unit_refused | recheck_failed
               | trial_failed | draining
-    draining -> drain_failed | restarting          (restarting: the old server is stopped)
+    draining -> drain_failed | restarting | replica_held   (restarting: the old server is stopped)
     restarting -> serving_new | rolling_back
     serving_new -> done | undrain_failed
     rolling_back -> rolled_back | rollback_failed | removed
@@ -43,7 +43,7 @@ TRANSITIONS = {
     'pending': ('staged', 'stage_failed', 'not_reached'),
     'staged': ('unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
                'trial_failed', 'draining'),
-    'draining': ('drain_failed', 'restarting'),
+    'draining': ('drain_failed', 'restarting', 'replica_held'),
     'restarting': ('serving_new', 'rolling_back'),
     'serving_new': ('done', 'undrain_failed'),
     'rolling_back': ('rolled_back', 'rollback_failed', 'removed'),
@@ -61,6 +61,8 @@ TERMINAL = {
     'stage_only': (False, 'staged, not restarted (rollout_stage_only): serving its current version'),
     'would_restart': (False, 'would restart (check mode: nothing was changed)'),
     'drain_failed': (True, 'drain failed, not stopped: serving its current version'),
+    'replica_held': (True, 'held back with its replica (a member fell out before the stop), not stopped: serving its '
+                           'current version'),
     'done': (False, 'restarted: serving the new version'),
     'undrain_failed': (True, 'serving the new version, but NOT undrained'),
     'rolled_back': (True, 'rolled back: serving its previous version'),
