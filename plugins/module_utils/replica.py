@@ -170,3 +170,60 @@ def gate_problems(members, results):
         elif restarts > 0:
             problems.append('the worker %s restarted %d time(s) since its restart (it crashed)' % (worker, restarts))
     return problems
+
+
+def probe(address, port, timeout_s=3.0):
+    """Can this host reach ``address:port``? 'open' (something listens), 'refused' (the host
+    answered: reachable, nothing listens yet), 'timeout' (filtered or down), 'unresolved', or
+    'unreachable' (no route)."""
+    import errno
+    import socket
+    try:
+        infos = socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return 'unresolved'
+    family, kind, proto, _name, sockaddr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect(sockaddr)
+        return 'open'
+    except socket.timeout:
+        return 'timeout'
+    except OSError as exc:
+        if exc.errno == errno.ECONNREFUSED:
+            return 'refused'
+        return 'unreachable'
+    finally:
+        sock.close()
+
+
+def rendezvous_check(host, replica, outcome, result):
+    """The preflight check ``replica.rendezvous``: a worker reaches its head's rendezvous port.
+    ``outcome``: probe()'s answer on a worker (None on the head). ``result``: preflight_checks.result."""
+    where = '%s:%s' % (replica['head_address'], replica['port'])
+    if replica.get('role') == 'head':
+        return result('replica.rendezvous', True, 'head of replica %s, rendezvous on port %s'
+                      % (replica['name'], replica['port']), 'the head holds the rendezvous')
+    ok = outcome in ('open', 'refused')
+    words = {'open': 'reachable (listening)', 'refused': 'reachable (nothing listens yet)',
+             'timeout': 'no answer within the timeout (filtered or down)', 'unresolved': 'the name does not resolve',
+             'unreachable': 'no route'}.get(outcome, str(outcome))
+    return result('replica.rendezvous', ok, '%s: %s' % (where, words), 'the head %s reachable on port %s'
+                  % (replica['head'], replica['port']),
+                  remedy='open TCP port %s from %s to %s (firewall, security group), or set inkling_replica_address '
+                         'to an address of %s that %s reaches' % (replica['port'], host, replica['head'],
+                                                                 replica['head'], host))
+
+
+def rdma_check(replica, devices, path, required, result):
+    """The preflight check ``replica.fabric``: InfiniBand/RoCE devices for the inter-node traffic
+    (the expert all-to-all); a warning instead of an error when not ``required``."""
+    ok = bool(devices)
+    found = ('%d RDMA device(s) in %s: %s' % (len(devices), path, ', '.join(sorted(devices))) if ok
+             else 'no RDMA device in %s' % path)
+    return result('replica.fabric', ok, found, 'InfiniBand or RoCE devices for the traffic between the hosts of '
+                  'replica %s' % replica['name'], level='error' if required else 'warning',
+                  remedy='install the NIC driver and rdma-core (ibv_devices must list the devices) so that NCCL '
+                         'uses them; over plain TCP the replica is far slower (preflight_replica_rdma_required: '
+                         'false accepts that)')

@@ -128,3 +128,38 @@ def test_the_report_names_each_hosts_replica():
     assert any(line.startswith('h100-b (replica r1): unchanged') for line in lines)
     assert any(line.startswith('s1: unchanged') for line in lines)
     assert '| h100-a (replica r1) |' in engine.render_markdown(journal)
+
+
+# --- preflight: rendezvous and fabric ------------------------------------------------------
+
+from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc  # noqa: E402
+
+WORKER = {'name': 'r1', 'role': 'worker', 'head': 'h100-a', 'head_address': '127.0.0.1', 'port': 0}
+
+
+def test_probe_tells_refused_from_open():
+    import socket
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    assert rep.probe('127.0.0.1', port, 1) == 'refused'      # bound, not listening
+    sock.listen(1)
+    assert rep.probe('127.0.0.1', port, 1) == 'open'
+    sock.close()
+    assert rep.probe('no-such-host.invalid', port, 1) == 'unresolved'
+
+
+@pytest.mark.parametrize('outcome, ok', [('open', True), ('refused', True), ('timeout', False),
+                                         ('unresolved', False), ('unreachable', False)])
+def test_the_rendezvous_check_on_a_worker(outcome, ok):
+    res = rep.rendezvous_check('h100-b', dict(WORKER, port=29550), outcome, pc.result)
+    assert res['check'] == 'replica.rendezvous' and res['ok'] is ok
+    if not ok:
+        assert 'open TCP port 29550 from h100-b to h100-a' in res['remedy']
+
+
+def test_the_fabric_check_fails_or_warns_without_rdma():
+    assert rep.rdma_check(WORKER, ['mlx5_0', 'mlx5_1'], '/sys/class/infiniband', True, pc.result)['ok']
+    failed = rep.rdma_check(WORKER, [], '/sys/class/infiniband', True, pc.result)
+    assert not failed['ok'] and failed['level'] == 'error' and 'ibv_devices' in failed['remedy']
+    assert rep.rdma_check(WORKER, [], '/x', False, pc.result)['level'] == 'warning'
