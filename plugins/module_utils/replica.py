@@ -212,8 +212,8 @@ def rendezvous_check(host, replica, outcome, result):
     return result('replica.rendezvous', ok, '%s: %s' % (where, words), 'the head %s reachable on port %s'
                   % (replica['head'], replica['port']),
                   remedy='open TCP port %s from %s to %s (firewall, security group), or set inkling_replica_address '
-                         'to an address of %s that %s reaches' % (replica['port'], host, replica['head'],
-                                                                 replica['head'], host))
+                         'to an address of %s that %s reaches'
+                         % (replica['port'], host, replica['head'], replica['head'], host))
 
 
 def rdma_check(replica, devices, path, required, result):

@@ -9,7 +9,10 @@ import time
 import pytest
 import yaml
 
-from test_standin import REPO_ID, REV, VARIANTS, Server, free_port, hub, load_standin  # noqa: F401 (hub: fixture)
+from test_standin import REPO_ID, REV, VARIANTS, Server, free_port, load_standin
+from test_standin import hub as _hub_fixture
+
+hub = _hub_fixture
 
 
 def node_args(role, port):

@@ -51,7 +51,7 @@ def test_public_h100_values_are_the_ones_the_tests_use():
 def test_two_h100_hosts_in_a_replica_get_the_two_node_entry(table):
     gpus = {'h100-a': h100(), 'h100-b': h100()}
     head, reasons = pick('h100-a', gpus, table)
-    worker, _ = pick('h100-b', gpus, table)
+    worker = pick('h100-b', gpus, table)[0]
     assert head['name'] == worker['name'] == 'sm90-h100-2node'
     assert head['nodes_per_replica'] == 2
     assert head['replica'] == {
@@ -68,7 +68,7 @@ def test_two_h100_hosts_in_a_replica_get_the_two_node_entry(table):
 
 def test_the_head_is_the_first_member_as_given(table):
     gpus = {'h100-a': h100(), 'h100-b': h100()}
-    variant, _ = pick('h100-a', gpus, table, members=['h100-b', 'h100-a'])
+    variant = pick('h100-a', gpus, table, members=['h100-b', 'h100-a'])[0]
     assert variant['replica']['role'] == 'worker' and variant['replica']['head'] == 'h100-b'
 
 
@@ -102,8 +102,8 @@ def test_too_many_members_are_refused(table):
 @pytest.mark.parametrize('worker, found', [
     (lambda: h100(count=7), 'h100-b has GPU count 7, the head h100-a has 8'),
     (lambda: h100(driver_version='580.95.05'), 'h100-b has driver 580.95.05, the head h100-a has 590.48.01'),
-    (lambda: h100(gpu_name='NVIDIA H100 PCIe'), 'h100-b has gpu model NVIDIA H100 PCIe, the head h100-a has '
-                                            'NVIDIA H100 80GB HBM3'),
+    (lambda: h100(gpu_name='NVIDIA H100 PCIe'),
+     'h100-b has gpu model NVIDIA H100 PCIe, the head h100-a has NVIDIA H100 80GB HBM3'),
 ])
 def test_mismatched_members_are_refused_naming_both(table, worker, found):
     gpus = {'h100-a': h100(), 'h100-b': worker()}
@@ -156,5 +156,5 @@ def test_node_args_are_validated(table, override, expected):
 
 
 def test_single_host_entries_keep_their_shape(table):
-    variant, _ = vt.select_variant(facts_from_rows(h200_rows(8)), BIG, 8, table, host='h200-a')
+    variant = vt.select_variant(facts_from_rows(h200_rows(8)), BIG, 8, table, host='h200-a')[0]
     assert 'nodes_per_replica' not in variant and 'node_args' not in variant and 'replica' not in variant
