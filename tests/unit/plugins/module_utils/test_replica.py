@@ -163,3 +163,43 @@ def test_the_fabric_check_fails_or_warns_without_rdma():
     failed = rep.rdma_check(WORKER, [], '/sys/class/infiniband', True, pc.result)
     assert not failed['ok'] and failed['level'] == 'error' and 'ibv_devices' in failed['remedy']
     assert rep.rdma_check(WORKER, [], '/x', False, pc.result)['level'] == 'warning'
+
+
+# --- the replica's gate (rollout) -------------------------------------------------------
+
+MEMBERS = ['h100-a', 'h100-b']
+
+
+def gate_results(gate=None, state='ActiveState=active\nNRestarts=0', baseline='0'):
+    return {'h100-a': {'gate': gate if gate is not None else {'failed': False}},
+            'h100-b': {'state': state, 'baseline': baseline}}
+
+
+def test_a_replica_passes_when_the_head_passed_and_the_worker_stayed_up():
+    assert rep.gate_problems(MEMBERS, gate_results()) == []
+
+
+@pytest.mark.parametrize('results, problem', [
+    (gate_results(gate={'failed': True, 'msg': 'never answered /health'}),
+     'the head h100-a failed its gate: never answered /health'),
+    (gate_results(state='ActiveState=activating\nNRestarts=2'), 'the worker h100-b is activating'),
+    (gate_results(state='ActiveState=active\nNRestarts=3', baseline='1'),
+     'the worker h100-b restarted 2 time(s) since its restart (it crashed)'),
+    ({'h100-a': {'gate': {'failed': False}}}, 'the worker h100-b did not get as far as its restart'),
+    ({'h100-b': {'state': 'ActiveState=active\nNRestarts=0'}}, 'the head h100-a did not reach its gate'),
+])
+def test_any_member_failing_fails_the_replica(results, problem):
+    assert rep.gate_problems(MEMBERS, results) == [problem]
+
+
+def test_the_filters_read_the_plan_and_the_contracts_from_hostvars():
+    from ansible_collections.inkling.fleet.plugins.filter import replica as flt
+    entry = {'replica': {'name': 'r1', 'head': 'h100-b'}}
+    hostvars = {'s1': {'rollout_deployment': {'entry': {}}},
+                'h100-a': {'rollout_deployment': {'entry': entry}},
+                'h100-b': {'rollout_deployment': {'entry': entry}}}
+    plan = flt.replica_batches(['h100-a', 's1', 'h100-b'], hostvars, 1)
+    assert plan == {'hosts': ['h100-b', 'h100-a', 's1'], 'serial': [2, 1]}
+    hostvars['s1']['rollout_batch_plan'] = plan
+    assert flt.rollout_plan(['h100-a', 's1'], hostvars, 'serial', [9]) == [2, 1]
+    assert flt.rollout_plan(['h100-a'], hostvars, 'hosts', 'inkling_fleet') == 'inkling_fleet'
