@@ -5,6 +5,7 @@ and the journal's replica accounting (module_utils/rollout.py)."""
 
 import pytest
 
+from ansible_collections.inkling.fleet.plugins.filter import replica as flt
 from ansible_collections.inkling.fleet.plugins.module_utils import replica as rep
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
 
@@ -193,7 +194,6 @@ def test_any_member_failing_fails_the_replica(results, problem):
 
 
 def test_the_filters_read_the_plan_and_the_contracts_from_hostvars():
-    from ansible_collections.inkling.fleet.plugins.filter import replica as flt
     entry = {'replica': {'name': 'r1', 'head': 'h100-b'}}
     hostvars = {'s1': {'rollout_deployment': {'entry': {}}},
                 'h100-a': {'rollout_deployment': {'entry': entry}},
