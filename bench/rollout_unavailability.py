@@ -15,6 +15,13 @@ host asks ``/health`` every 100 ms, and the fleet is upgraded to the new image:
 It prints each host's unavailable time (the sum of probe intervals that did not get a 200)
 and the fleet's total, for both. The target for the rollout is stop + start + gate per
 host, with no transfer inside it.
+
+With ``--compare seeding`` it compares instead two upgrades by ``deploy-inkling.yml``, each to a
+digest no host has compiled for, with the stand-in's compile delay set to ``--compile-delay``
+seconds (``lab_standin_compile_delay_s``): ``unseeded`` (``rollout_cache_seed=false``: every host
+compiles), then ``seeded`` (hosts after the first of their cache key copy its caches,
+docs/warm-restarts.md). Target: the unavailability of each host after the
+canary with the canary's key at most 30% of the canary's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -60,10 +67,10 @@ def fleet_hosts(inventory):
     out = subprocess.run(['ansible-inventory', '-i', inventory, '--list'], check=True, cwd=REPO,
                          capture_output=True, text=True, env=env()).stdout
     data = json.loads(out)
-    hosts = []
+    hosts = list(data.get('inkling_fleet', {}).get('hosts', []))  # a molecule inventory lists them directly
     for group in data.get('inkling_fleet', {}).get('children', []):
         hosts += data.get(group, {}).get('hosts', [])
-    return sorted(hosts)
+    return sorted(set(hosts))
 
 
 def lab_setting(key):
@@ -78,13 +85,13 @@ def generated():
         return yaml.safe_load(f)
 
 
-def build_and_push_next(layer_mb):
+def build_and_push_next(layer_mb, base='localhost/inkling-vllm-standin:lab'):
     """Build the stand-in with an extra layer (a new digest) and push it; return its digest."""
     ctx = tempfile.mkdtemp(prefix='inkling-bench-')
     with open(os.path.join(ctx, 'blob'), 'wb') as f:
         f.write(os.urandom(layer_mb * 1024 * 1024))
     with open(os.path.join(ctx, 'Containerfile'), 'w') as f:
-        f.write('FROM localhost/inkling-vllm-standin:lab\nCOPY blob /opt/inkling-bench-blob\n')
+        f.write('FROM %s\nCOPY blob /opt/inkling-bench-blob\n' % base)
     run(['podman', 'build', '-q', '-t', 'localhost/inkling-vllm-standin:bench', ctx], env=env(),
         stdout=subprocess.DEVNULL)
     registry = '127.0.0.1:5000'
@@ -92,12 +99,15 @@ def build_and_push_next(layer_mb):
     run(['podman', 'push', '--quiet', '--cert-dir', os.path.join(REPO, 'lab', '.state', 'pki', 'certs.d', registry),
          '--creds', '%s:%s' % (lab_setting('lab_registry_username'), lab_setting('lab_registry_password')),
          '--digestfile', digestfile, 'localhost/inkling-vllm-standin:bench',
-         '%s/inkling/vllm-standin:bench' % registry], env=env())
+         '%s/%s:bench' % (registry, generated()['lab_generated_standin_image'].split('/', 1)[1])], env=env())
     with open(digestfile) as f:
         return f.read().strip()
 
 
-def overrides_file(digest, tag, path):
+SERIAL = [1]
+
+
+def overrides_file(digest, tag, path, extra=None):
     """Vars file pointing every lab variant at the stand-in image with the given digest."""
     import yaml  # pylint: disable=import-outside-toplevel
     gen = generated()
@@ -105,7 +115,8 @@ def overrides_file(digest, tag, path):
     model = {'revision': gen['lab_generated_model_revision'], 'size_bytes': int(gen['lab_generated_model_size_bytes'])}
     names = ['sm90-patched', 'sm90-upstream', 'sm100', 'sm90-small-tp2', 'sm100-small-tp2']
     data = {'preflight_variant_overrides': dict((n, {'image': image, 'model': model}) for n in names),
-            'rollout_serial': [1], 'rollout_report_dir': os.path.join(os.path.dirname(path), 'reports')}
+            'rollout_serial': SERIAL, 'rollout_report_dir': os.path.join(os.path.dirname(path), 'reports')}
+    data.update(extra or {})
     with open(path, 'w') as f:
         yaml.safe_dump(data, f)
     return path
@@ -157,19 +168,87 @@ def measure(name, inventory, hosts, book, varsfile, max_s):
     return wall, down
 
 
+def remove_cache_sets(hosts, digest):
+    """Every host loses its cache sets of this digest (so the next start of it is cold)."""
+    for host in hosts:
+        subprocess.run(['podman', 'exec', host, 'sh', '-c', 'rm -rf /var/lib/inkling/cache/*/%s' % digest.split(':')[-1]],
+                       check=True, env=env())
+
+
+def journal(varsfile):
+    with open(os.path.join(os.path.dirname(varsfile), 'reports', 'journal.json')) as f:
+        return json.load(f)
+
+
+def compare_seeding(args, hosts, old_digest, new_digest, work):
+    """Cold versus seeded: an upgrade to a new digest with rollout_cache_seed false, then, from
+    there, an upgrade to another new digest with rollout_cache_seed true (no put-back in between:
+    each upgrade meets empty cache sets on every host)."""
+    delay = {'lab_standin_compile_delay_s': args.compile_delay}
+    deploy = os.path.join(REPO, 'deploy-inkling.yml')
+    digests = {'unseeded': new_digest, 'seeded': build_and_push_next(args.layer_mb, args.base_image)}
+    results, journals = {}, {}
+    try:
+        for name, seed in (('unseeded', False), ('seeded', True)):
+            new_vars = overrides_file(digests[name], 'bench', os.path.join(work, 'new-%s.yml' % name),
+                                      dict(delay, rollout_cache_seed=seed))
+            remove_cache_sets(hosts, digests[name])  # no host has a compile cache for it
+            results[name] = measure(name, args.inventory, hosts, deploy, new_vars, args.max_s)
+            journals[name] = journal(new_vars)
+    finally:
+        if not args.no_restore:
+            playbook(args.inventory, deploy, overrides_file(old_digest, 'lab', os.path.join(work, 'back.yml')))
+    jh = journals['seeded']['hosts']
+    order = sorted(hosts, key=lambda h: (jh[h].get('restarts') or [{}])[-1].get('t_stop') or 0)
+    canary = order[0]
+
+    def key(h):
+        return (jh[h].get('warm') or {}).get('cache_key', '')
+
+    print('upgrade to a new image, stand-in compile delay %d s, %d hosts, serial %s (batch order)'
+          % (args.compile_delay, len(hosts), json.dumps(SERIAL)))
+    print('%-18s %-17s %-18s %14s %14s' % ('host', 'cache key', 'seeded from', 'unseeded (s)', 'seeded (s)'))
+    for host in order:
+        print('%-18s %-17s %-18s %14.1f %14.1f' % (host, key(host), (jh[host].get('warm') or {}).get('seeded_from') or '-',
+                                                   results['unseeded'][1][host], results['seeded'][1][host]))
+    print('%-18s %-17s %-18s %14.1f %14.1f' % ('fleet total', '', '', sum(results['unseeded'][1].values()),
+                                               sum(results['seeded'][1].values())))
+    print('%-18s %-17s %-18s %14.1f %14.1f' % ('wall time', '', '', results['unseeded'][0], results['seeded'][0]))
+    base = results['seeded'][1][canary]
+    ok = True
+    for host in order[1:]:
+        if key(host) != key(canary):
+            continue
+        ratio = results['seeded'][1][host] / base if base else float('inf')
+        ok = ok and ratio <= 0.30
+        print('%s (canary key) seeded: %.0f%% of the canary %s (target <= 30%%)' % (host, 100 * ratio, canary))
+    print('target %s' % ('met' if ok else 'NOT met'))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     ap.add_argument('--inventory', default='inventory/lab')
     ap.add_argument('--layer-mb', type=int, default=64, help='size of the new image layer to pull (MB)')
     ap.add_argument('--registry-rate', default='80mbit', help="tc rate of the registry's link, or 'off'")
     ap.add_argument('--max-s', type=float, default=1800, help='longest time a prober runs')
+    ap.add_argument('--compare', choices=['naive', 'seeding'], default='naive',
+                    help='naive: this rollout versus naive_rollout.yml; seeding: unseeded versus seeded caches')
+    ap.add_argument('--compile-delay', type=int, default=60, help='--compare seeding: the stand-in compile delay (s)')
+    ap.add_argument('--base-image', default='localhost/inkling-vllm-standin:lab',
+                    help='local stand-in image the new one is built from')
+    ap.add_argument('--serial', default='[1]', help='rollout_serial, as JSON (default [1])')
+    ap.add_argument('--no-restore', action='store_true', help='--compare seeding: leave the fleet on the new image')
     args = ap.parse_args()
+    SERIAL[:] = json.loads(args.serial)
 
     hosts = fleet_hosts(args.inventory)
     gen = generated()
     old_digest = gen['lab_generated_standin_digest_lab']
     work = tempfile.mkdtemp(prefix='inkling-bench-')
-    new_digest = build_and_push_next(args.layer_mb)
+    new_digest = build_and_push_next(args.layer_mb, args.base_image)
+    if args.compare == 'seeding':
+        compare_seeding(args, hosts, old_digest, new_digest, work)
+        return
     old_vars = overrides_file(old_digest, 'lab', os.path.join(work, 'old.yml'))
     new_vars = overrides_file(new_digest, 'bench', os.path.join(work, 'new.yml'))
     deploy = os.path.join(REPO, 'deploy-inkling.yml')
@@ -188,8 +267,8 @@ def main():
             subprocess.run(['bash', 'lab/lab.sh', 'shape', 'lab-registry', 'off'], cwd=REPO, env=env(), check=False)
         playbook(args.inventory, deploy, old_vars)
 
-    print('upgrade to a new image (+%d MB layer, registry link %s), %d hosts, serial 1'
-          % (args.layer_mb, args.registry_rate, len(hosts)))
+    print('upgrade to a new image (+%d MB layer, registry link %s), %d hosts, serial %s'
+          % (args.layer_mb, args.registry_rate, len(hosts), json.dumps(SERIAL)))
     print('%-16s %14s %14s' % ('host', 'rollout (s)', 'naive (s)'))
     for host in hosts:
         print('%-16s %14.1f %14.1f' % (host, results['rollout'][1][host], results['naive'][1][host]))

@@ -283,7 +283,7 @@ def record(journal, host, phase, now, data=None):
                               % (host, old, phase, old, ', '.join(TRANSITIONS.get(old, ())) or 'none'))
     run = current_run(journal)
     message = data.pop('message', None)
-    for key in ('before', 'after', 'gate', 'trial', 'staged'):
+    for key in ('before', 'after', 'gate', 'trial', 'staged', 'warm'):
         if key in data:
             rec[key] = data.pop(key)
     if phase == 'restarting':

@@ -87,6 +87,13 @@ RULES = (
     ('rollout_service_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
     ('rollout_gate_completion', 'bool', lambda v: True, 'true or false'),
     ('rollout_stage_only', 'bool', lambda v: True, 'true or false'),
+    ('rollout_cache_seed', 'bool', lambda v: True, 'true or false'),
+    ('rollout_cache_prune', 'bool', lambda v: True, 'true or false'),
+    ('rollout_warm_page_cache', 'bool', lambda v: True, 'true or false'),
+    ('rollout_warm_margin_pct', 'num', lambda v: 0 <= v < 100, 'a percentage of MemTotal, 0 to below 100'),
+    ('rollout_warm_min_margin_gib', 'num', lambda v: v >= 0, 'a number of GiB >= 0'),
+    ('rollout_cache_seed_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
+    ('rollout_cache_seed_serve_s', 'int', lambda v: v >= 60, 'a whole number of seconds >= 60'),
     ('rollout_hook_method', 'str', lambda v: v.upper() in HOOK_METHODS, 'one of ' + ', '.join(HOOK_METHODS)),
 )
 
