@@ -15,6 +15,7 @@ import json
 import shlex
 import time
 
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_wait
@@ -30,6 +31,7 @@ ARGUMENT_SPEC = dict(
     poll_s=dict(type='float', default=5.0),
     label=dict(type='str', default='the background job'),
     fail_on_job_failure=dict(type='bool', default=True),
+    unreachable_s=dict(type='int', default=60),
 )
 
 SEP = '@@inkling-hf-wait@@'
@@ -79,8 +81,19 @@ class ActionModule(ActionBase):
         host = (task_vars or {}).get('inventory_hostname', 'this host')
         command = read_files_command([args['progress_file'], self._results_file(job)])
 
+        lost = {}
+
         def poll():
             res = self._low_level_execute_command(command, sudoable=True)
+            if res.get('rc') not in (0, None) and SEP not in (res.get('stdout') or ''):
+                # the command cannot fail on a host that answers: the host is gone (it died, its container was
+                # killed); after unreachable_s the host is marked unreachable and the play goes on without it
+                since = lost.setdefault('since', time.monotonic())
+                if time.monotonic() - since >= args['unreachable_s']:
+                    raise AnsibleConnectionFailure('%s: lost while following %s: no answer for %d s (%s)' % (
+                        host, args['label'], time.monotonic() - since, (res.get('stderr') or '').strip()[-300:]))
+                return None, {'finished': False}        # not known yet: the wait goes on
+            lost.pop('since', None)
             progress_text, status_text = split_files(res.get('stdout') or '', 2)
             try:
                 progress = json.loads(progress_text) if progress_text else None

@@ -16,7 +16,7 @@ huggingface_hub. The layout is the one huggingface_hub writes::
 Field failures covered (docs/field-failures.md): F10 (dangling links after a copy), F11 (partial
 snapshot that looks complete: ``.incomplete`` blobs, short blobs, no space).
 Also shared by the modules: the progress file, the final recording of a verified
-snapshot, and the doubling tree of the peer fan-out.
+snapshot.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -681,64 +681,6 @@ def commit_snapshot(rdir, repo_id, commit, requested, entries, stats, allow_patt
             if (os.stat(fp).st_mode & 0o777) != 0o644:
                 os.chmod(fp, 0o644)
     return changed
-
-
-# --------------------------------------------------------------------------
-# peer fan-out: the doubling tree
-# --------------------------------------------------------------------------
-
-def _peer_rounds(peers, roots):
-    """({receiver: parent}, {receiver: round}) of the doubling tree (see peer_tree)."""
-    holders = [p for p in peers if p in roots]
-    waiting = [p for p in peers if p not in roots]
-    parent, rounds, k = {}, {}, 0
-    while waiting and holders:
-        pairs = list(zip(holders, waiting))
-        for src, dst in pairs:
-            parent[dst] = src
-            rounds[dst] = k
-        holders = holders + [dst for dummy, dst in pairs]
-        waiting = waiting[len(pairs):]
-        k += 1
-    return parent, rounds
-
-
-def peer_tree(peers, roots):
-    """Parent of every receiver in the doubling tree.
-
-    ``peers`` is the ordered list of hosts, ``roots`` those that hold the snapshot (or download it
-    from the hub) at the start. Round by round every holder serves the next receiver in order,
-    and the receivers of a round serve from the next round on: the holders double per round, and
-    a receiver in round k has k ancestors. Returns {receiver: parent}; empty without a root.
-    """
-    return _peer_rounds(peers, roots)[0]
-
-
-def peer_previous_sibling(host, peers, roots):
-    """The host its parent serves just before host (in the previous round), or None.
-
-    A holder serves one receiver at a time, in round order: host waits until that sibling
-    holds the snapshot, so that the parent's link is not shared and the receivers of early
-    rounds, which have more descendants, are served first."""
-    parent, rounds = _peer_rounds(peers, roots)
-    if host not in parent:
-        return None
-    earlier = [c for c, par in parent.items() if par == parent[host] and rounds[c] < rounds[host]]
-    return max(earlier, key=lambda c: rounds[c]) if earlier else None
-
-
-def peer_sources(host, peers, roots):
-    """Where host copies from, in order: its parent in the tree, then the parent's ancestors up to a
-    root (used when the parent fails), then every other peer, starting after host (used when no
-    ancestor is left)."""
-    parent = peer_tree(peers, roots)
-    chain, cur = [], host
-    while cur in parent and parent[cur] not in chain:
-        cur = parent[cur]
-        chain.append(cur)
-    i = peers.index(host) if host in peers else 0
-    others = [p for p in peers[i + 1:] + peers[:i] if p != host and p not in chain]
-    return chain, others
 
 
 # --------------------------------------------------------------------------

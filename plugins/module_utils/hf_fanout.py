@@ -12,8 +12,8 @@ Each takes the ordered peer names and a state per host that takes part::
      'run': str}                # the run id of its staging
 
 The filter plugins in ``plugins/filter/hf_fanout.py`` build these states from ``hostvars``; the role's
-task files only sequence. Which host copies from which (the doubling tree) is ``peer_tree`` and
-``peer_sources`` in ``hf_cache.py``, decided by each receiver's ``hf_peer_copy`` job.
+task files only sequence. Which host takes each file from which (the relay) is ``relay_parents`` and
+``relay_sources`` below, used by each receiver's ``hf_peer_copy`` job; ``schedule`` models its completion time.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -93,3 +93,125 @@ def failures(fanout, alive, states):
     else:
         reason = '%s failed' % ', '.join(dead) if dead else ''
     return {'dead': dead, 'abort': abort, 'reason': reason}
+
+
+# --------------------------------------------------------------------------
+# the relay: who passes each file to whom (chain or tree), and the schedule model
+# --------------------------------------------------------------------------
+
+def relay_parents(peers, roots, degree=1):
+    """{receiver: parent} of the pipelined relay.
+
+    The receivers (``peers`` not in ``roots``, in order) are dealt round-robin to one relay per root;
+    within a relay the root is position 0 and position ``i`` copies from position ``(i - 1) // degree``:
+    ``degree`` 1 is a chain (every host passes each file on to exactly one other host), 2 a binary tree.
+    Each receiver takes every file from its parent as soon as the parent verified it, while the rest
+    is still arriving: the relay is pipelined per file. Empty without a root.
+    """
+    roots = [r for r in peers if r in roots]
+    if not roots:
+        return {}
+    degree = max(int(degree), 1)
+    receivers = [p for p in peers if p not in roots]
+    relays = [[r] for r in roots]
+    for i, name in enumerate(receivers):
+        relays[i % len(relays)].append(name)
+    parent = {}
+    for relay in relays:
+        for pos in range(1, len(relay)):
+            parent[relay[pos]] = relay[(pos - 1) // degree]
+    return parent
+
+
+def relay_sources(host, peers, roots, degree=1):
+    """Where ``host`` takes files from, in order of preference: its parent in the relay, the parent's
+    ancestors up to the root (a dead or slow parent is skipped for them), then every other peer, the
+    roots first, then the hosts ahead of ``host``, then those behind it. After the last one, the hub."""
+    parent = relay_parents(peers, roots, degree)
+    chain, cur = [], host
+    while cur in parent and parent[cur] not in chain and parent[cur] != host:
+        cur = parent[cur]
+        chain.append(cur)
+    i = peers.index(host) if host in peers else 0
+    rest = [p for p in peers if p != host and p not in chain]
+    rest = [p for p in rest if p in roots] + [p for p in peers[:i] if p in rest and p not in roots] \
+        + [p for p in peers[i + 1:] if p in rest and p not in roots]
+    return chain + rest
+
+
+def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0, per_hop_s=0.0, roots=1):
+    """Predicted completion of a pipelined relay (store and forward per file), in seconds.
+
+    ``hosts`` hosts (the roots included), the files' ``sizes`` in bytes in the order they are relayed,
+    every host's link ``rate_bps`` bits/s (full duplex, equal), the hub's link ``hub_rate_bps`` (default
+    the same). A root takes file j from the hub after file j-1; a receiver takes file j from its parent
+    once the parent holds it and it holds file j-1; a parent in a tree of ``degree`` sends to its children
+    at once, each at ``rate / children``. ``per_file_s`` is the fixed cost of one file (a connection, a
+    rename), ``per_hop_s`` the delay before a receiver sees that its parent holds a file (its polling).
+
+    Returns ``{'host_s': [completion of each host, in relay order], 'makespan_s', 't1_s', 'ratio'}`` where
+    ``t1_s`` is one host's transfer from the hub alone and ``ratio`` = makespan / t1. For F equal files on
+    a chain without fixed costs, the makespan is T1 x (1 + (N - 1) / F).
+    """
+    hosts = int(hosts)
+    roots = max(min(int(roots), hosts), 1)
+    rate = float(rate_bps) / 8.0
+    hub = float(hub_rate_bps or rate_bps) / 8.0
+    names = list(range(hosts))
+    parent = relay_parents(names, names[:roots], degree)
+    children = {}
+    for child, par in parent.items():
+        children.setdefault(par, []).append(child)
+    sizes = [int(s) for s in sizes]
+    done = {}
+    # roots from the hub (sharing the hub's link when there are several)
+    for r in names[:roots]:
+        t, out = 0.0, []
+        for s in sizes:
+            t += s * roots / hub + per_file_s
+            out.append(t)
+        done[r] = out
+    # receivers in relay order: a parent's times are known before its children's
+    for h in names[roots:]:
+        par = parent[h]
+        share = len(children.get(par, [])) or 1
+        t, out = 0.0, []
+        for j, s in enumerate(sizes):
+            start = max(t, done[par][j] + per_hop_s)
+            t = start + s * share / rate + per_file_s
+            out.append(t)
+        done[h] = out
+    finish = [done[h][-1] if sizes else 0.0 for h in names]
+    t1 = sum(sizes) / hub + per_file_s * len(sizes)
+    makespan = max(finish) if finish else 0.0
+    return {'host_s': finish, 'makespan_s': makespan, 't1_s': t1, 'ratio': makespan / t1 if t1 else 0.0}
+
+
+def best_degree(hosts, sizes, rate_bps, degrees=(1, 2, 3, 4), **kw):
+    """The relay degree with the smallest predicted makespan (a chain on a tie), and every prediction."""
+    preds = dict((d, schedule(hosts, sizes, rate_bps, degree=d, **kw)['makespan_s']) for d in degrees)
+    return min(sorted(preds), key=lambda d: (round(preds[d], 6), d)), preds
+
+
+# --------------------------------------------------------------------------
+# the hub's file list, fetched once by the controller (action plugin hf_hub_files)
+# --------------------------------------------------------------------------
+
+def hub_files(info, commit, allow_patterns=None, ignore_patterns=None):
+    """The files of ``commit`` from the hub's model info (``GET /api/models/REPO/revision/COMMIT?blobs=true``):
+    ``(files, error)``, files a list of ``{path, size, etag, lfs}`` (sha256 for LFS files, the git blob sha1
+    otherwise), sorted by path, after the allow/ignore patterns. ``error`` names what is wrong (the hub answered
+    for another commit, a file without size or hash) and files is then None."""
+    from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc  # pylint: disable=import-outside-toplevel
+    if not isinstance(info, dict):
+        return None, 'the hub answered %s, not a model description' % type(info).__name__
+    if info.get('sha') != commit:
+        return None, 'the hub describes commit %r, not %s' % (info.get('sha'), commit)
+    try:
+        entries = hc.entries_from_siblings(info.get('siblings') or [])
+    except (hc.HfCacheError, KeyError, TypeError, ValueError) as exc:
+        return None, str(exc)
+    entries = hc.filter_entries(entries, allow_patterns, ignore_patterns)
+    if not entries:
+        return None, 'no file of %s matches the allow/ignore patterns' % commit
+    return [e.to_dict() for e in entries], None

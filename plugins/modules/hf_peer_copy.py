@@ -10,39 +10,32 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: hf_peer_copy
-short_description: Copy a verified hub cache snapshot from a fleet peer, verify it and mark it complete
+short_description: Receive a hub cache snapshot file by file from fleet peers, relaying each verified file at once
 version_added: 0.2.0
 description:
   - One receiver's part of the C(peer) fan-out of the C(inkling.fleet.hf_cache) role, meant to run as an async
-    task on every host that does not hold the snapshot, all at once. Each receiver waits for its source, copies,
-    verifies and marks its copy complete on its own, so a host serves the next ones as soon as it holds a verified
-    snapshot, without a barrier between the rounds of the doubling tree.
-  - 'The source is the receiver''s parent in the doubling tree of O(peers) built from O(roots) (the hosts that
-    hold the snapshot or download it from the hub): round by round every holder serves the next receiver in the
-    order of O(peers), so the holders double per round and the copy time grows with log2 of the fleet. A holder
-    serves one receiver at a time, in round order: a receiver starts once its parent holds a verified snapshot
-    and the receiver its parent serves before it does too. A host holds a verified snapshot when its completion
-    marker
-    C(.inkling/COMMIT.complete), written last by M(inkling.fleet.hf_snapshot) or by this module, is served by the
-    source''s rsync daemon module C(inkling-hf-markers).'
-  - When the source fails (listed in O(control_file) by the role, its daemon unreachable for
-    O(unreachable_timeout_s), its rsync failing after O(retries) retries, or, with O(gave_up_file), its own copy
-    ended without a verified snapshot), the receiver copies from the source's ancestors, then from any other peer
-    that holds the snapshot. With
-    C(abort) in O(control_file), or when every other peer has failed, it gives up without error and returns
-    RV(holder=false) with RV(reason=no_source); the role then stages that host from the hub.
-  - 'Before copying it fetches the source''s manifest and checks the free space for the blobs it lacks, plus
-    O(free_space_margin_pct) (field failure F11). It then copies the blobs and the snapshot links of this commit
-    only (not other revisions the source holds), listed from that manifest, from the rsync daemon module
-    C(inkling-hf) (C(rsync -rlt --partial), so the layout''s relative links are kept and an interrupted copy
-    resumes; owners, modes and special files are not copied), writing progress (bytes done of total, rate, time left) to O(progress_file) for
-    M(inkling.fleet.hf_progress).'
-  - 'The copy is verified against the manifest the source shipped: every blob is hashed (the source''s stat data
-    is not trusted), every link into C(blobs/) checked (a broken link is repaired, F10), every shard named by
-    C(model.safetensors.index.json) must resolve. Then refs, owner and modes, this host''s manifest and the
-    completion marker (last) are written. A copy that lacks files or holds a wrong one is not marked complete:
-    the module returns RV(holder=false) with RV(reason=incomplete) and the problems, and the role fetches what
-    is missing from the hub.'
+    task on every host that does not hold the snapshot, all at once.
+  - 'A pipelined relay: the receiver takes each blob of the snapshot from its parent in the relay (a chain with
+    O(degree=1), a tree otherwise; see C(relay_parents) in C(plugins/module_utils/hf_fanout.py)) as soon as the
+    parent holds it, while the rest is still arriving, and passes it on itself as soon as it verified it: a
+    blob appears under its final name C(blobs/ETAG), which the host''s rsync daemon serves, only after its hash
+    matched. N hosts finish in about one transfer time plus one file per hop, and the hub sends the snapshot once.'
+  - 'Every byte is checked against O(files), the hub''s file list with sizes and hashes that the controller fetched
+    from the hub (M(inkling.fleet.hf_hub_files)) and handed to every host: sha256 for LFS files, the git blob sha1
+    for the small ones. Nothing a peer serves is trusted: a peer that serves a blob with another hash (a forged
+    or rotten file) is dropped as a source at once and the blob is taken from the next one.'
+  - 'A source that does not answer or stalls a transfer for O(switch_after_s) seconds, one that lacks the next
+    blob for three times that while another source holds it, and one whose own copy gave up (its O(gave_up_file) served by its daemon) is dropped
+    for the next source: the parent''s ancestors, then every other peer (roots first). When none is left, or the
+    role says C(abort) in O(control_file), the receiver returns RV(holder=false) with RV(reason=no_source); the
+    role then fetches what it still lacks from the hub. Each switch is named in RV(switches), the result''s
+    message and the progress file.'
+  - 'The peers'' daemons answer only the fleet''s addresses and only with O(secret) (rsync daemon authentication,
+    C(auth users) and a C(secrets file) of mode 0600); the secret is handed to rsync in its environment,
+    never on a command line.'
+  - Once every blob is there, it writes the snapshot links (relative, F10), checks that every shard named by
+    C(model.safetensors.index.json) resolves, then refs, owner and modes, this host's manifest and the completion
+    marker (last).
   - Needs C(rsync) on the host and only the Python standard library.
 author:
   - inkling.fleet contributors (@inkling-fleet)
@@ -52,12 +45,20 @@ options:
     type: str
     required: true
   revision:
-    description: The 40-hex commit to copy (the role resolves a branch or tag once, on the seed).
+    description: The 40-hex commit to copy (the role resolves a branch or tag once).
     type: str
     required: true
   requested_revision:
     description: Branch or tag to record in C(refs/) for RV(revision). Default O(revision).
     type: str
+  files:
+    description:
+      - The hub's files of O(revision) after the allow/ignore patterns, as M(inkling.fleet.hf_hub_files) returns
+        them (C(path), C(size), C(etag) = sha256 for LFS files or the git blob sha1, C(lfs)).
+      - The only reference every received byte is checked against.
+    type: list
+    elements: dict
+    required: true
   cache_dir:
     description: Hub cache directory on this host (C(HF_HUB_CACHE)).
     type: path
@@ -67,7 +68,7 @@ options:
     type: str
     required: true
   peers:
-    description: Every host of the fan-out (inventory names), in order; the order decides the tree.
+    description: Every host of the fan-out (inventory names), in order; the order decides the relay.
     type: list
     elements: str
     required: true
@@ -80,21 +81,29 @@ options:
     type: list
     elements: str
     required: true
+  degree:
+    description: Receivers each host relays to; 1 is a chain (the fastest when the snapshot has more files than
+      the fleet has hosts, see docs/hf-cache.md).
+    type: int
+    default: 1
   port:
     description: TCP port of the peers' rsync daemons.
     type: int
     default: 8873
-  excludes:
-    description: rsync C(--exclude) patterns (partial downloads, state files of the source).
-    type: list
-    elements: str
-    default: []
+  user:
+    description: rsync daemon user of the peers' C(auth users).
+    type: str
+    default: inkling-fleet
+  secret:
+    description: This run's secret for the peers' daemons (generated on the controller by the role).
+    type: str
+    required: true
   allow_patterns:
-    description: The role's allow patterns; a source whose manifest was made with other patterns is not used.
+    description: The role's allow patterns (recorded in the manifest).
     type: list
     elements: str
   ignore_patterns:
-    description: The role's ignore patterns (see O(allow_patterns)).
+    description: The role's ignore patterns (recorded in the manifest).
     type: list
     elements: str
   owner:
@@ -112,16 +121,19 @@ options:
     type: int
     default: 5
   progress_file:
-    description: JSON progress file to write (state C(waiting), C(running), C(done) or C(failed), source, bytes).
+    description: JSON progress file to write (state, source, bytes, files, switches).
     type: path
     required: true
+  pid_file:
+    description: File holding this job's process id while it runs, read by M(inkling.fleet.hf_peer_reset) when
+      a later run finds the job of a killed run. Removed when the job ends.
+    type: path
   control_file:
     description:
-      - JSON file the role writes while the copies run, read every O(poll_interval_s) seconds.
+      - JSON file the role writes while the copies run, read at every look.
       - Only a file whose C(run) equals O(control_id) counts (one left by an interrupted run does not).
-      - C(dead) lists peers that failed or gave up (never copied from); C(abort) true makes a waiting receiver
-        give up (no peer can ever hold the snapshot); C(reason) is shown in the module's message. A missing file means
-        nothing failed.
+      - C(dead) lists peers that failed (never copied from); C(abort) true makes the receiver give up;
+        C(reason) is shown in the module's message. A missing file means nothing failed.
     type: path
     required: true
   control_id:
@@ -130,64 +142,63 @@ options:
     required: true
   gave_up_file:
     description:
-      - File this receiver creates (empty) when it ends without a verified snapshot (it gave up, its copy failed
-        verification, or the module failed), so that its own receivers copy from another peer at once instead of
-        waiting for it.
-      - The other receivers look for a file of the same name in the daemon module C(inkling-hf-run) of each
-        source that does not hold the snapshot yet; the role serves the directory of this file there. The name
-        carries the run id the hosts of one staging share, so a file left by another run is never read.
-      - Omitted, nothing is written and only O(control_file), unreachable daemons and failed copies make a
-        source fail.
+      - File this receiver creates (empty) when it ends without a verified snapshot, so that its own receivers
+        switch to another source at once; they look for a file of that name in each source's daemon module
+        C(inkling-hf-run). The name carries the run id, so a file left by another run is never read.
     type: path
   poll_interval_s:
-    description: Seconds between two looks at the source's completion marker.
+    description: Seconds between two looks at a source that does not hold the next blob yet.
     type: float
-    default: 1.0
-  unreachable_timeout_s:
-    description:
-      - Seconds a source's rsync daemon may refuse or drop connections before the source counts as failed
-        (a daemon that could not bind its address, a firewall). A daemon that answers but lists no marker yet
-        is waited for without limit.
+    default: 0.5
+  switch_after_s:
+    description: Seconds after which a source that does not answer or stalls a transfer (rsync C(--timeout)) is
+      dropped for the next source; one that lacks the next blob for three times this while another source holds
+      it is dropped for that source.
+    type: int
+    default: 30
+  start_timeout_s:
+    description: Seconds from the start of the job a source's daemon that never answered yet may take to answer
+      (its host may start it later than this one); after it answered once, O(switch_after_s) applies.
     type: int
     default: 120
   retries:
-    description: Retries of a failed rsync from one source before the next source is tried.
+    description: Retries of a failed transfer from one source before the next source is tried.
     type: int
     default: 3
-  stall_timeout_s:
-    description: rsync C(--timeout), in seconds; a transfer that moves no data for this long fails and is retried.
-    type: int
-    default: 300
   progress_interval_s:
     description: Seconds between progress file updates.
     type: float
     default: 1.0
 notes:
   - Does not support check mode; the role reports a copy in check mode as the hub plan of the host.
-  - 'The completion marker, plans and progress files are excluded by the source''s daemon, so a copy never carries
-    a marker: each host writes its own after its own verification.'
+  - 'The peers'' daemons never serve partial files, dot files (rsync''s temporary files, C(.inkling/) with the
+    manifests and markers) or C(.locks/): a blob is served once its holder verified it.'
 seealso:
+  - module: inkling.fleet.hf_hub_files
+  - module: inkling.fleet.hf_peer_reset
   - module: inkling.fleet.hf_snapshot
   - module: inkling.fleet.hf_progress
-  - name: rsyncd.conf(5), the daemon modules C(inkling-hf) and C(inkling-hf-markers)
+  - name: rsyncd.conf(5), the daemon modules C(inkling-hf) and C(inkling-hf-run)
     description: The role's template roles/hf_cache/templates/rsyncd.conf.j2.
     link: https://download.samba.org/pub/rsync/rsyncd.conf.5
 '''
 
 EXAMPLES = r'''
-- name: Copy from peers in the background (every receiver at once)
+- name: Receive from peers in the background (every receiver at once)
   inkling.fleet.hf_peer_copy:
     repo_id: thinkingmachines/Inkling-NVFP4
-    revision: "{{ seed_plan.revision }}"
+    revision: "{{ fanout.commit }}"
     requested_revision: main
+    files: "{{ hub_files.files }}"
     cache_dir: /var/lib/inkling/huggingface/hub
     host: "{{ inventory_hostname }}"
     peers: [gpu-01, gpu-02, gpu-03]
     addresses: {gpu-01: 10.0.0.11, gpu-02: 10.0.0.12, gpu-03: 10.0.0.13}
     roots: [gpu-01]
+    secret: "{{ peer_secret }}"
     progress_file: /run/inkling-hf-cache/peer.progress.json
     control_file: /run/inkling-hf-cache/peer-control.json
-    control_id: "{{ peer_run_id }}"
+    control_id: "{{ fanout.run }}"
   async: 172800
   poll: 0
   register: copy_job
@@ -199,279 +210,253 @@ holder:
   returned: always
   type: bool
 reason:
-  description: Why RV(holder) is false; C(no_source) (no peer could serve), C(patterns_differ) (the source's file
-    set was made with other allow/ignore patterns), C(incomplete) (the copy lacks files or holds wrong ones) or
-    C(failed) (the module failed, for example on too little free space).
+  description: Why RV(holder) is false; C(no_source) (no peer could serve every blob; the role fetches the rest
+    from the hub), C(incomplete) (the links or the safetensors index are wrong) or C(failed) (the module failed,
+    for example on too little free space).
   returned: when holder is false
   type: str
 source:
-  description: The peer the snapshot was copied from (or whose manifest was refused, with RV(reason=patterns_differ)).
-  returned: when a source was found
+  description: The last peer blobs were taken from.
+  returned: when a blob was copied
   type: str
+sources:
+  description: Bytes taken from each peer.
+  returned: always
+  type: dict
 revision:
   description: The commit.
   returned: always
   type: str
 problems:
-  description: What the verification of the copy found (path, kind, detail), when RV(reason=incomplete).
+  description: What the check of the links and the index found (path, kind, detail), when RV(reason=incomplete).
   returned: always
   type: list
   elements: dict
+rejected:
+  description: 'Blobs a peer served with a size or hash other than the hub''s, as C(PEER: PATH: detail).'
+  returned: always
+  type: list
+  elements: str
+switches:
+  description: 'Each change of source, as C(from A to B after N s: why).'
+  returned: always
+  type: list
+  elements: str
 hashed_files:
-  description: Blobs hashed to verify the copy.
+  description: Blobs hashed (received, or found on disk) to verify the copy.
   returned: always
   type: int
 bytes_total:
   description: Size of the snapshot's blobs, in bytes.
-  returned: when a copy was made
+  returned: always
   type: int
 files_total:
   description: Blobs of the snapshot.
-  returned: when a copy was made
+  returned: always
   type: int
 waited_s:
-  description: Seconds spent waiting for a source to hold a verified snapshot.
+  description: Seconds spent waiting for a source to hold the next blob.
   returned: always
   type: float
 copy_s:
-  description: Seconds spent copying and verifying.
+  description: Seconds from the start to the end of the job.
   returned: always
   type: float
 failed_sources:
-  description: Peers whose copy failed after O(retries) retries, or whose manifest could not be read, in order.
+  description: Peers dropped as sources, in order.
   returned: always
   type: list
   elements: str
 copy_errors:
-  description: 'Why each failed source failed, as C(PEER: rsync rc N: message) or C(PEER: it gave up ...).'
+  description: 'Why each dropped source was dropped.'
   returned: always
   type: list
   elements: str
 '''
 
 import os
-import shutil
+import re
 import subprocess
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
 
 CACHE_MODULE = 'inkling-hf'
-MARKERS_MODULE = 'inkling-hf-markers'
 RUN_MODULE = 'inkling-hf-run'
+LIST_LINE = re.compile(r'^-\S*\s+([\d,.]+)\s+\S+\s+\S+\s+(\S+)$')
+READ_CHUNK = 4 * 1024 * 1024
+
+
+def err_line(err):
+    """The line of rsync's stderr that says why (the daemon's @ERROR line when there is one)."""
+    lines = [l for l in (err or '').splitlines() if l.strip()]
+    said = [l for l in lines if '@ERROR' in l]
+    return (said or lines or [''])[0 if said else -1]
 
 
 def host_name():
     return os.uname()[1]
 
 
-def rsync_url(address, port, module, path=''):
+def rsync_url(address, port, module, path='', user=None):
     if ':' in address and not address.startswith('['):
         address = '[%s]' % address
-    return 'rsync://%s:%d/%s/%s' % (address, port, module, path)
+    return 'rsync://%s%s:%d/%s/%s' % (user + '@' if user else '', address, port, module, path)
 
 
-class Peers(object):
-    """Where to copy from, and what the role says has failed."""
+class Sources(object):
+    """The ordered sources, the ones dropped and why, and the daemons' answers."""
 
     def __init__(self, p):
         self.p = p
         self.addr = p['addresses']
-        self.chain, self.others = hc.peer_sources(p['host'], p['peers'], p['roots'])
-        self.sibling = hc.peer_previous_sibling(p['host'], p['peers'], p['roots'])
-        self.unreachable = {}
-        self.errors = []
+        self.order = hf_fanout.relay_sources(p['host'], p['peers'], p['roots'], p['degree'])
+        self.env = dict(os.environ, RSYNC_PASSWORD=p['secret'])
         self.failed = []
+        self.errors = []
+        self.switches = []
+        self.silent_since = {}
+        self.answered = set()
+        self.started = time.time()
+        self.current = None
+        self.since = time.time()
 
     def control(self):
         data = hc.read_json(self.p['control_file'], {}) or {}
         if data.get('run') != self.p['control_id']:
-            return set(self.failed), False, ''      # none yet, or left by an interrupted run
-        return set(data.get('dead') or []) | set(self.failed), bool(data.get('abort')), data.get('reason') or ''
+            return set(), False, ''      # none yet, or left by an interrupted run
+        return set(data.get('dead') or []), bool(data.get('abort')), data.get('reason') or ''
 
-    def listed(self, name, module, path):
-        """rsync's exit status listing path in name's daemon module: 0 listed, 23 not there."""
-        url = rsync_url(self.addr[name], self.p['port'], module, path)
+    def candidates(self, dead):
+        return [s for s in self.order if s not in dead and s not in self.failed]
+
+    def use(self, name):
+        if name != self.current:
+            self.current, self.since = name, time.time()
+
+    def drop(self, name, why):
+        if name in self.failed:
+            return
+        self.failed.append(name)
+        self.errors.append('%s: %s' % (name, why))
+        if name == self.current:
+            self.current = None
+        self.switches.append('from %s after %.0f s: %s' % (name, time.time() - self.since, why))
+
+    def url(self, name, module, path=''):
+        return rsync_url(self.addr[name], self.p['port'], module, path, self.p['user'])
+
+    def rsync(self, argv, timeout=None):
         try:
-            return subprocess.run(['rsync', '--list-only', '--contimeout=10', '--timeout=30', url],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
-                                  check=False).returncode
+            res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                 env=self.env, timeout=timeout, check=False)
+            return res.returncode, res.stdout, (res.stderr or '').strip()[-400:]
         except subprocess.TimeoutExpired:
-            return 30
+            return 30, '', 'no answer within %d s' % timeout
 
-    def holds(self, name):
-        """True when name's daemon serves the completion marker of the commit. A daemon that does not
-        answer for unreachable_timeout_s, or one that serves this run's gave-up file, makes name a failed
-        source."""
-        rc = self.listed(name, MARKERS_MODULE, self.p['revision'] + '.complete')
-        if rc == 0:
-            self.unreachable.pop(name, None)
-            return True
-        # 23: no marker yet; 5: the daemon answered with an error (a markers directory missing)
-        if rc in (5, 23) and self.p['gave_up_file'] and name not in self.failed and \
-                self.listed(name, RUN_MODULE, os.path.basename(self.p['gave_up_file'])) == 0:
-            self.failed.append(name)
-            self.errors.append('%s: it gave up (its own copy ended without a verified snapshot)' % name)
+    def listing(self, name, folder):
+        """{etag: size} of the verified blobs name's daemon serves, or None when it does not answer."""
+        t = self.p['switch_after_s']
+        rc, out, err = self.rsync(['rsync', '--list-only', '--contimeout=%d' % t, '--timeout=%d' % t,
+                                   self.url(name, CACHE_MODULE, folder + '/blobs/')], timeout=t + 5)
+        if rc not in (0, 23):
+            since = self.silent_since.setdefault(name, time.time())
+            # a daemon never seen may still be starting (its host is slower): start_timeout_s from the start
+            limit = t if name in self.answered else max(t, self.p['start_timeout_s'] - (since - self.started))
+            if time.time() - since >= limit or 'auth failed' in err:
+                self.drop(name, 'its rsync daemon refused or did not answer for %.0f s (rsync rc %d: %s)'
+                          % (time.time() - since, rc, err_line(err)))
+            return None
+        self.silent_since.pop(name, None)
+        self.answered.add(name)
+        out_map = {}
+        for line in out.splitlines():
+            m = LIST_LINE.match(line.strip())
+            if m:
+                out_map[m.group(2)] = int(re.sub(r'[,.]', '', m.group(1)))
+        return out_map
+
+    def gave_up(self, name):
+        path = self.p.get('gave_up_file')
+        if not path:
             return False
-        if rc == 23:               # answered: the marker is not there yet (file not found)
-            self.unreachable.pop(name, None)
-            return False
-        since = self.unreachable.setdefault(name, time.time())
-        if time.time() - since >= self.p['unreachable_timeout_s'] and name not in self.failed:
-            self.failed.append(name)
-            self.errors.append('%s: its rsync daemon at %s did not answer for %d s (rsync rc %d)'
-                               % (name, rsync_url(self.addr[name], self.p['port'], MARKERS_MODULE), time.time() - since, rc))
-        return False
+        rc, dummy, dummy = self.rsync(['rsync', '--list-only', '--contimeout=10', '--timeout=10',
+                                       self.url(name, RUN_MODULE, os.path.basename(path))], timeout=20)
+        return rc == 0
 
 
-def write_waiting(path, source, started, after=None):
-    hc.write_json_atomic(path, {'state': 'waiting', 'source': source, 'after': after, 'started': int(started),
-                                'updated': int(time.time()), 'bytes_done': 0, 'bytes_total': 0,
-                                'seconds_since_progress': 0, 'pid': os.getpid()}, mode=0o644)
-
-
-def wait_for_source(peers, p, started):
-    """Block until a source holds a verified snapshot. Returns (name, None) or (None, why)."""
-    while True:
-        dead, abort, why = peers.control()
-        if abort:
-            return None, why or 'the role stopped the peer copies'
-        chain = [c for c in peers.chain if c not in dead]
-        if chain and chain[0] == peers.chain[0] and peers.sibling and peers.sibling not in dead:
-            # the parent serves its receivers one at a time, in round order
-            write_waiting(p['progress_file'], chain[0], started, after=peers.sibling)
-            if peers.holds(peers.sibling) and peers.holds(chain[0]):
-                return chain[0], None
-        elif chain:
-            write_waiting(p['progress_file'], chain[0], started)
-            if peers.holds(chain[0]):
-                return chain[0], None
-        else:
-            others = [o for o in peers.others if o not in dead]
-            if not others:
-                return None, 'every other peer failed (%s)' % ', '.join(sorted(dead))
-            write_waiting(p['progress_file'], 'any of ' + ', '.join(others), started)
-            for name in others:
-                if peers.holds(name):
-                    return name, None
-        time.sleep(p['poll_interval_s'])
-
-
-def rsync(argv):
-    res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    return res.returncode, (res.stderr or res.stdout or '').strip()[-600:]
-
-
-def fetch_manifest(p, address, rdir):
-    """The source's manifest of the commit, read through its daemon."""
-    tmpd = tempfile.mkdtemp(prefix='.inkling-peer-', dir=p['cache_dir'])
+def receive(src, name, folder, rdir, entry, prog):
+    """Copy one blob from name into blobs/ETAG.incomplete, hashing it while it arrives, and move it into
+    place when its size and hash are the hub's. Returns (ok, kind, detail): kind 'rsync' or 'hash'."""
+    part = hc.incomplete_path(rdir, entry.etag)
+    if os.path.lexists(part):
+        os.unlink(part)
+    t = src.p['switch_after_s']
+    argv = ['rsync', '--whole-file', '--inplace', '--contimeout=%d' % t, '--timeout=%d' % t,
+            src.url(name, CACHE_MODULE, '%s/blobs/%s' % (folder, entry.etag)), part]
+    with prog.lock:
+        prog.current = (entry, lambda: [part])
+    hasher = hc.new_hasher(entry)
+    seen = 0
+    proc = hf_peer_daemon.start_rsync(argv, src.env)
+    handle = None
     try:
-        dest = os.path.join(tmpd, 'manifest.json')
-        rc, err = rsync(['rsync', '--contimeout=30', '--timeout=%d' % p['stall_timeout_s'],
-                         rsync_url(address, p['port'], CACHE_MODULE,
-                                   '%s/%s/%s.json' % (os.path.basename(rdir), hc.STATE_DIRNAME, p['revision'])),
-                         dest])
-        if rc != 0:
-            return None, 'rsync rc %d: %s' % (rc, err)
-        data = hc.read_json(dest)
-        if not isinstance(data, dict) or data.get('revision') != p['revision'] or 'files' not in data:
-            return None, 'the manifest it serves is not one of %s' % p['revision']
-        return data, None
+        while True:
+            ended = proc.poll() is not None
+            if handle is None and os.path.exists(part):
+                handle = open(part, 'rb')
+            data = handle.read(READ_CHUNK) if handle is not None else b''
+            if data:
+                hasher.update(data)
+                seen += len(data)
+                continue
+            if ended:
+                break
+            time.sleep(0.02)
+        err = (proc.stderr.read() or '').strip()[-400:]
     finally:
-        shutil.rmtree(tmpd, ignore_errors=True)
-
-
-def blob_bytes(rdir, sizes, counts=None):
-    """Bytes of the wanted blobs on disk, counting rsync's temporary files (.NAME.XXXXXX); counts['files']
-    gets the number of blobs complete."""
-    have = {}
-    try:
-        names = os.listdir(os.path.join(rdir, 'blobs'))
-    except OSError:
-        return 0
-    for name in names:
-        etag = name[1:].split('.', 1)[0] if name.startswith('.') else name
-        if etag not in sizes:
-            continue
-        try:
-            size = os.path.getsize(os.path.join(rdir, 'blobs', name))
-        except OSError:
-            continue
-        have[etag] = max(have.get(etag, 0), min(size, sizes[etag]))
-    if counts is not None:
-        counts['files'] = len([e for e, n in have.items() if n == sizes[e]])
-    return sum(have.values())
-
-
-def copy_from(module, peers, source, rdir, entries, result):
-    """rsync the repository folder from source with retries. Returns True when it succeeded."""
-    p = module.params
-    sizes = dict((e.etag, e.size) for e in entries)
-    counts = {}
-
-    def measure():
-        done = blob_bytes(rdir, sizes, counts)
-        prog.files_done = counts.get('files', 0)
-        return done
-
-    prog = hc.Progress(p['progress_file'], len(sizes), sum(sizes.values()), p['progress_interval_s'],
-                       measure=measure, extra={'source': source})
-    prog.start()
-    # this commit's blobs and links only; the source may hold other revisions too
-    listing = os.path.join(hc.state_dir(rdir), '%s.peer-files' % p['revision'])
-    if not os.path.isdir(hc.state_dir(rdir)):
-        os.makedirs(hc.state_dir(rdir))
-    with open(listing, 'w') as f:
-        for name in sorted(set('blobs/%s' % e.etag for e in entries)
-                           | set('snapshots/%s/%s' % (p['revision'], e.path) for e in entries)):
-            f.write(name + '\n')
-    argv = (['rsync', '-rlt', '--partial', '--files-from=%s' % listing, '--contimeout=30',
-             '--timeout=%d' % p['stall_timeout_s']]
-            + ['--exclude=%s' % x for x in p['excludes']]
-            + [rsync_url(peers.addr[source], p['port'], CACHE_MODULE, os.path.basename(rdir) + '/'), rdir + '/'])
-    attempt = 0
-    while True:
-        rc, err = rsync(argv)
-        if rc == 0:
-            prog.stop('running')
-            os.unlink(listing)
-            return True
-        dead, dummy, dummy = peers.control()
-        if source in dead or attempt >= p['retries']:
-            prog.stop('waiting', 'copy from %s failed (rsync rc %d): %s' % (source, rc, err))
-            result['copy_errors'].append('%s: rsync rc %d: %s' % (source, rc, err))
-            return False
-        attempt += 1
+        if handle is not None:
+            handle.close()
         with prog.lock:
-            prog.retries += 1
-        time.sleep(min(2 ** (attempt - 1), 30))
+            prog.current = None
+    if proc.returncode != 0:
+        if os.path.lexists(part):
+            os.unlink(part)
+        # 23: the source does not hold it (yet)
+        return False, 'missing' if proc.returncode == 23 else 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(err))
+    digest = hasher.hexdigest()
+    if seen != entry.size or digest != entry.etag:
+        os.unlink(part)
+        detail = ('%d bytes, hub says %d' % (seen, entry.size) if seen != entry.size
+                  else '%s is %s, hub says %s' % (entry.algo, digest, entry.etag))
+        return False, 'hash', detail
+    os.chmod(part, 0o644)
+    os.rename(part, hc.blob_path(rdir, entry.etag))
+    return True, None, None
 
 
-def verify_and_commit(module, rdir, entries, requested, result):
-    """Hash every blob, repair links, check the index; then refs, owner/modes, manifest and marker."""
-    p = module.params
-    commit = p['revision']
-    insp = hc.inspect(rdir, commit, entries, want_hash='all')
-    result['hashed_files'] = len(insp['hashed'])
-    remaining = []
-    for pr in insp['problems']:
-        if pr.kind.startswith('link_'):
-            hc.fix_link(rdir, commit, [e for e in entries if e.path == pr.path][0])
+def local_blobs(rdir, blobs):
+    """Blobs already on disk with the hub's size and hash (a resumed run); wrong ones are removed."""
+    good = set()
+    for e in blobs:
+        bp = hc.blob_path(rdir, e.etag)
+        if not os.path.isfile(bp) or os.path.islink(bp):
+            continue
+        if os.path.getsize(bp) == e.size and hc.hash_file(bp, e) == e.etag:
+            good.add(e.etag)
         else:
-            remaining.append(pr)
-    if not remaining:
-        remaining = hc.check_index(rdir, commit, entries)
-    if remaining:
-        hc.clear_marker(rdir, commit)
-        result['problems'] = [x.to_dict() for x in remaining]
-        return False
-    uid, gid = hc.resolve_owner(p['owner'], p['group'])
-    hc.commit_snapshot(rdir, p['repo_id'], commit, requested, entries, insp['stats'], p['allow_patterns'],
-                       p['ignore_patterns'], uid, gid, hc.parse_mode(p['mode']))
-    return True
+            os.unlink(bp)
+    return good
+
+
+def write_pid(path):
+    if path:
+        hc.write_json_atomic(path, {'pid': os.getpid(), 'pgid': os.getpgid(0), 'started': int(time.time())},
+                             mode=0o600)
 
 
 def mark_gave_up(p):
@@ -486,20 +471,34 @@ def mark_gave_up(p):
             pass
         os.chmod(path, 0o644)
     except (IOError, OSError):
-        pass                       # the receivers still fail this host over when its daemon stops
+        pass                       # the receivers still drop this host when its daemon stops
 
 
-def finish(module, result, state, note=None):
+def finish(module, result, prog, state, note=None):
+    p = module.params
     if not result['holder']:
-        mark_gave_up(module.params)
-    hc.write_json_atomic(module.params['progress_file'], {
-        'state': state, 'error': note, 'source': result.get('source'), 'bytes_total': result.get('bytes_total', 0),
-        'bytes_done': result.get('bytes_total', 0) if result['holder'] else 0, 'updated': int(time.time()),
-        'files_total': result.get('files_total', 0), 'files_done': result.get('files_total', 0) if result['holder'] else 0,
-        'rate_bps': int(result.get('bytes_total', 0) / result['copy_s']) if result['holder'] and result['copy_s'] else 0,
-        'eta_s': 0 if result['holder'] else None,
-        'seconds_since_progress': 0, 'pid': os.getpid()}, mode=0o644)
+        mark_gave_up(p)
+    if prog is not None:
+        prog.extra.update(switches=result['switches'])
+        prog.stop(state, note)
+    else:
+        hc.write_json_atomic(p['progress_file'], {'state': state, 'error': note, 'updated': int(time.time()),
+                                                  'bytes_total': result['bytes_total'], 'bytes_done': 0,
+                                                  'files_total': result['files_total'], 'files_done': 0,
+                                                  'seconds_since_progress': 0, 'pid': os.getpid()}, mode=0o644)
+    if p.get('pid_file') and os.path.exists(p['pid_file']):
+        os.unlink(p['pid_file'])
     module.exit_json(**result)
+
+
+def describe(result):
+    parts = []
+    if result['switches']:
+        parts.append('switched source %d time(s): %s' % (len(result['switches']), '; '.join(result['switches'])))
+    if result['rejected']:
+        parts.append('rejected %d blob(s) that did not match the hub: %s'
+                     % (len(result['rejected']), '; '.join(result['rejected'][:5])))
+    return (' (%s)' % '; '.join(parts)) if parts else ''
 
 
 def run(module):
@@ -515,70 +514,158 @@ def run(module):
     if not [r for r in p['roots'] if r in names and r != p['host']]:
         module.fail_json(msg='%s: no root among peers %s (roots: %s); nothing to copy from'
                              % (host_name(), names, p['roots']), holder=False, reason='failed')
+    try:
+        entries = [hc.FileEntry.from_dict(f) for f in p['files']]
+    except (KeyError, TypeError, ValueError) as exc:
+        module.fail_json(msg='%s: files must be the hub list of inkling.fleet.hf_hub_files (path, size, etag, lfs): %s'
+                             % (host_name(), exc))
+    if not entries:
+        module.fail_json(msg='%s: the hub list of %s@%s is empty' % (host_name(), p['repo_id'], p['revision']))
+    write_pid(p['pid_file'])
     rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
-    # a marker this host still has (a manifest made with other patterns, say) must not make it
-    # look like a holder to its receivers while it copies
+    folder = os.path.basename(rdir)
+    # a marker this host still has must not make it look like a holder while it copies
     hc.clear_marker(rdir, p['revision'])
-    # the markers directory its daemon serves: a receiver without one would answer its own receivers
-    # with an error (chroot failed) and count as unreachable after unreachable_timeout_s
-    if not os.path.isdir(hc.state_dir(rdir)):
-        os.makedirs(hc.state_dir(rdir))
-    want = hc.patterns_key(p['allow_patterns'], p['ignore_patterns'])
+    for d in (os.path.join(rdir, 'blobs'), hc.state_dir(rdir)):
+        if not os.path.isdir(d):
+            os.makedirs(d)
+    blobs, seen = [], set()
+    for e in entries:
+        if e.etag not in seen:
+            seen.add(e.etag)
+            blobs.append(e)
     t0 = time.time()
-    peers = Peers(p)
+    src = Sources(p)
     result = {'changed': False, 'holder': False, 'revision': p['revision'], 'problems': [], 'hashed_files': 0,
-              'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': peers.failed, 'copy_errors': peers.errors}
-    while True:
-        tw = time.time()
-        source, why = wait_for_source(peers, p, t0)
-        result['waited_s'] = round(result['waited_s'] + time.time() - tw, 1)
-        if source is None:
-            result.update(reason='no_source', msg='%s: no peer could serve %s@%s: %s; stage it from the hub'
-                          % (p['host'], p['repo_id'], p['revision'][:12], why))
-            finish(module, result, 'failed', result['msg'])
-        tc = time.time()
-        shipped, err = fetch_manifest(p, peers.addr[source], rdir)
-        if shipped is None:
-            peers.failed.append(source)
-            result['copy_errors'].append('%s: %s' % (source, err))
+              'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': src.failed, 'copy_errors': src.errors,
+              'switches': src.switches, 'rejected': [], 'sources': {},
+              'bytes_total': sum(e.size for e in blobs), 'files_total': len(blobs)}
+    have = local_blobs(rdir, blobs)
+    result['hashed_files'] = len(have)
+    need = [e for e in blobs if e.etag not in have]
+    ok, msg, space = hc.space_check(p['cache_dir'], sum(e.size for e in need), p['free_space_margin_pct'], p['host'])
+    if not ok:
+        hc.write_json_atomic(p['progress_file'], {'state': 'failed', 'error': msg}, mode=0o644)
+        result.update(reason='failed')
+        module.fail_json(msg=msg, space=space, **result)
+    done = {'bytes': sum(e.size for e in blobs if e.etag in have), 'files': len(have)}
+
+    def measure():
+        prog.files_done = done['files']
+        return done['bytes'] + prog.current_bytes()
+
+    prog = hc.Progress(p['progress_file'], len(blobs), result['bytes_total'], p['progress_interval_s'],
+                       measure=measure, extra={'source': None})
+    prog.start()
+    attempts, waiting, streak = {}, None, False
+    while need:
+        dead, abort, why = src.control()
+        cands = src.candidates(dead)
+        if abort or not cands:
+            why = (why or 'the role stopped the peer copies') if abort else \
+                'every other peer failed (%s)' % ', '.join(src.errors or sorted(dead))
+            result.update(reason='no_source', copy_s=round(time.time() - t0, 1),
+                          msg='%s: no peer could serve %s@%s: %s; %d of %d blobs received and verified, the rest is '
+                              'fetched from the hub%s' % (p['host'], p['repo_id'], p['revision'][:12], why,
+                                                          done['files'], len(blobs), describe(result)))
+            finish(module, result, prog, 'failed', result['msg'])
+        cur = cands[0]
+        if src.current != cur:
+            if src.current is None and src.switches:
+                src.switches[-1] += ', now from %s' % cur
+            src.use(cur)
+            prog.extra['source'] = cur
+        if streak:
+            # right after a blob came, ask for the next one straight away: a source that relays in the same
+            # order usually holds it by now (one connection per blob instead of a listing and a transfer)
+            ready = need[:1]
+        else:
+            listing = src.listing(cur, folder)
+            if listing is None:
+                time.sleep(p['poll_interval_s'])
+                continue
+            ready = [e for e in need if listing.get(e.etag) == e.size]
+        if ready:
+            if waiting is not None:
+                result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
+                waiting = None
+            entry = ready[0]
+            got, kind, detail = receive(src, cur, folder, rdir, entry, prog)
+            streak = got
+            if kind == 'missing':
+                continue                   # not there yet: the listing decides
+            if got:
+                need.remove(entry)
+                result['changed'] = True
+                result['hashed_files'] += 1
+                done['bytes'] += entry.size
+                done['files'] += 1
+                result['source'] = cur
+                result['sources'][cur] = result['sources'].get(cur, 0) + entry.size
+            elif kind == 'hash':
+                result['rejected'].append('%s: %s: %s' % (cur, entry.path, detail))
+                src.drop(cur, 'it served %s with another content than the hub (%s)' % (entry.path, detail))
+            else:
+                attempts[cur] = attempts.get(cur, 0) + 1
+                with prog.lock:
+                    prog.retries += 1
+                if attempts[cur] > p['retries']:
+                    src.drop(cur, 'its transfers failed %d times (%s)' % (attempts[cur], detail))
+                else:
+                    time.sleep(min(2 ** (attempts[cur] - 1), 10) * 0.5)
             continue
-        result['source'] = source
-        if shipped.get('patterns') != want:
-            result.update(reason='patterns_differ',
-                          msg='%s: %s holds %s@%s made with allow/ignore patterns %s, this host wants %s; stage it '
-                              'from the hub' % (p['host'], source, p['repo_id'], p['revision'][:12],
-                                                shipped.get('patterns'), want))
-            finish(module, result, 'failed', result['msg'])
-        entries = hc.manifest_entries(shipped)
-        sizes = dict((e.etag, e.size) for e in entries)
-        result['bytes_total'] = sum(sizes.values())
-        result['files_total'] = len(sizes)
-        need = result['bytes_total'] - blob_bytes(rdir, sizes)
-        ok, msg, space = hc.space_check(p['cache_dir'], need, p['free_space_margin_pct'], p['host'])
-        if not ok:
-            hc.write_json_atomic(p['progress_file'], {'state': 'failed', 'error': msg, 'source': source},
-                                 mode=0o644)
-            result.update(reason='failed')
-            module.fail_json(msg=msg, space=space, **result)
-        result['changed'] = True
-        if not copy_from(module, peers, source, rdir, entries, result):
-            peers.failed.append(source)
-            result['copy_s'] = round(result['copy_s'] + time.time() - tc, 1)
+        # the source lacks every blob this host still needs: it may still receive it, or be slow or stuck
+        if waiting is None:
+            waiting = time.time()
+        if src.gave_up(cur):
+            src.drop(cur, 'it gave up (its own copy ended without a verified snapshot)')
             continue
-        holder = verify_and_commit(module, rdir, entries, p['requested_revision'] or shipped.get('requested_revision')
-                                   or p['revision'], result)
-        result['copy_s'] = round(result['copy_s'] + time.time() - tc, 1)
-        result['holder'] = holder
-        if holder:
-            result['msg'] = '%s: %s@%s copied from %s and verified (%d blobs hashed, %s) in %.0f s after %.0f s waiting' % (
-                p['host'], p['repo_id'], p['revision'][:12], source, result['hashed_files'],
-                hc.human_bytes(result['bytes_total']), result['copy_s'], result['waited_s'])
-            finish(module, result, 'done')
-        lines = '; '.join('%s: %s' % (x['path'], x['detail']) for x in result['problems'][:10])
-        result.update(reason='incomplete', msg='%s: the copy from %s failed verification (%d problems: %s); it is not '
-                      'marked complete, what it lacks is fetched from the hub' % (
-                          p['host'], source, len(result['problems']), lines))
-        finish(module, result, 'done', result['msg'])
+        # a source that lacks the next blob may be waiting for its own source, which its receivers give
+        # switch_after_s to answer: it is left only after three times that, so that a dead relay's orphan
+        # takes over before the hosts behind it crowd onto one ancestor
+        if time.time() - max(waiting, src.since) >= 3 * p['switch_after_s']:
+            for other in cands[1:]:
+                lst = src.listing(other, folder)
+                if lst and [e for e in need if lst.get(e.etag) == e.size]:
+                    # to that holder, not to the next in order (which may be what starves cur)
+                    src.order.remove(other)
+                    src.order.insert(src.order.index(cur) + 1, other)
+                    src.drop(cur, 'it lacked the next blob for %d s while %s held it' % (3 * p['switch_after_s'], other))
+                    break
+            else:
+                if not [c for c in cands if c in p['roots']]:
+                    # every root was dropped: what no peer holds now can reach none of them any more
+                    src.drop(cur, 'no root is left to serve the %d blob(s) no peer holds' % len(need))
+                    for other in cands[1:]:
+                        src.drop(other, 'no root is left to serve the %d blob(s) no peer holds' % len(need))
+                    continue
+                waiting = time.time() - p['switch_after_s'] / 2.0   # look at the others again later, not every poll
+        time.sleep(p['poll_interval_s'])
+    if waiting is not None:
+        result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
+    commit = p['revision']
+    for e in entries:
+        hc.fix_link(rdir, commit, e)
+    problems = [x for x in (hc.check_link(rdir, commit, e) for e in entries) if x is not None]
+    problems = problems or hc.check_index(rdir, commit, entries)
+    result['copy_s'] = round(time.time() - t0, 1)
+    if problems:
+        result['problems'] = [x.to_dict() for x in problems]
+        result.update(reason='incomplete', msg='%s: the copy of %s@%s has wrong links or index (%s); it is not marked '
+                      'complete' % (p['host'], p['repo_id'], commit[:12],
+                                    '; '.join('%s: %s' % (x.path, x.detail) for x in problems[:10])))
+        finish(module, result, prog, 'done', result['msg'])
+    uid, gid = hc.resolve_owner(p['owner'], p['group'])
+    hc.commit_snapshot(rdir, p['repo_id'], commit, p['requested_revision'] or commit, entries, {},
+                       p['allow_patterns'], p['ignore_patterns'], uid, gid, hc.parse_mode(p['mode']))
+    result['holder'] = True
+    result['changed'] = True
+    result['msg'] = '%s: %s@%s received from %s and verified against the hub\'s hashes (%d blobs, %s) in %.0f s, ' \
+                    '%.0f s of it waiting for a source%s' % (
+                        p['host'], p['repo_id'], commit[:12], ', '.join(sorted(result['sources'])) or 'this host',
+                        len(blobs), hc.human_bytes(result['bytes_total']), result['copy_s'], result['waited_s'],
+                        describe(result))
+    finish(module, result, prog, 'done')
 
 
 def main():
@@ -587,13 +674,16 @@ def main():
             repo_id=dict(type='str', required=True),
             revision=dict(type='str', required=True),
             requested_revision=dict(type='str'),
+            files=dict(type='list', elements='dict', required=True),
             cache_dir=dict(type='path', required=True),
             host=dict(type='str', required=True),
             peers=dict(type='list', elements='str', required=True),
             addresses=dict(type='dict', required=True),
             roots=dict(type='list', elements='str', required=True),
+            degree=dict(type='int', default=1),
             port=dict(type='int', default=8873),
-            excludes=dict(type='list', elements='str', default=[]),
+            user=dict(type='str', default='inkling-fleet'),
+            secret=dict(type='str', required=True, no_log=True),
             allow_patterns=dict(type='list', elements='str'),
             ignore_patterns=dict(type='list', elements='str'),
             owner=dict(type='str'),
@@ -601,13 +691,14 @@ def main():
             mode=dict(type='str', default='0644'),
             free_space_margin_pct=dict(type='int', default=5),
             progress_file=dict(type='path', required=True),
+            pid_file=dict(type='path'),
             control_file=dict(type='path', required=True),
             control_id=dict(type='str', required=True),
             gave_up_file=dict(type='path'),
-            poll_interval_s=dict(type='float', default=1.0),
+            poll_interval_s=dict(type='float', default=0.5),
+            switch_after_s=dict(type='int', default=30),
+            start_timeout_s=dict(type='int', default=120),
             retries=dict(type='int', default=3),
-            unreachable_timeout_s=dict(type='int', default=120),
-            stall_timeout_s=dict(type='int', default=300),
             progress_interval_s=dict(type='float', default=1.0),
         ),
         supports_check_mode=False,

@@ -56,6 +56,11 @@ options:
     description: Seconds between two looks at the job (at most; a line falls due sooner when O(interval_s) is shorter).
     type: float
     default: 5.0
+  unreachable_s:
+    description: Seconds the host may fail to answer the polls (it died, its container was killed) before it is
+      marked unreachable, so that the play goes on without it.
+    type: int
+    default: 60
   label:
     description: What the job is, for the messages (C(the download of gpu-07)).
     type: str

@@ -116,6 +116,9 @@ def test_no_rsync_daemon_left(host):
     assert host.run('pgrep -x rsync').rc != 0
     assert not host.file(RSYNCD_CONF).exists
     assert not host.file(PEER_RUNDIR).exists
+    # nor the run's secret, nor a copy job's pid file
+    assert not host.file(ROLE_VARS['__hf_cache_rsyncd_secrets']).exists
+    assert not host.file(ROLE_VARS['__hf_cache_peer_pidfile']).exists
 
 
 def test_huggingface_hub_reads_it_offline(host):

@@ -130,3 +130,35 @@ def test_a_job_that_does_not_end_in_time_fails_the_wait(tmp_path):
     assert rc == 2, out
     assert 'the download did not end within 2 s' in out and '[gave up waiting after 2s]' in out
     assert took < 25
+
+
+LOST = '''- name: Follow a job on a host that stopped answering
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Follow it (every command on the host fails, as on a host that died)
+      inkling.fleet.hf_wait:
+        job: {{ansible_job_id: "1.2", results_file: {status}}}
+        progress_file: {progress}
+        interval_s: 0
+        poll_s: 0.2
+        unreachable_s: 1
+        label: the peer copy
+      vars:
+        ansible_shell_executable: /bin/false
+'''
+
+
+def test_a_host_that_stops_answering_is_marked_unreachable(tmp_path):
+    """A host that died (a killed relay of the peer fan-out) must not hold the play until the job's time limit."""
+    play = tmp_path / 'lost.yml'
+    play.write_text(LOST.format(status=tmp_path / 'status', progress=tmp_path / 'progress.json'))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_LOCALHOST_WARNING='false')
+    t0 = time.time()
+    res = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', 'localhost,',
+                          '-c', 'local', str(play)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=120, check=False)
+    assert res.returncode == 4, res.stdout         # 4: a host was unreachable
+    assert 'UNREACHABLE' in res.stdout and 'lost while following the peer copy: no answer for 1 s' in res.stdout
+    assert time.time() - t0 < 60

@@ -284,31 +284,6 @@ def test_progress_message():
     assert msg == '1.0 GiB of 4.0 GiB (25.0%), 100.0 MiB/s, 1:02:05 left, file 2/9, 1 retries'
 
 
-def test_peer_tree_doubles_the_holders_each_round():
-    peers = ['h%d' % i for i in range(8)]
-    parent = hc.peer_tree(peers, ['h0'])
-    assert parent == {'h1': 'h0',                                   # round 1
-                      'h2': 'h0', 'h3': 'h1',                       # round 2
-                      'h4': 'h0', 'h5': 'h1', 'h6': 'h2', 'h7': 'h3'}  # round 3
-    depth = {}
-    for host in peers[1:]:
-        chain, dummy = hc.peer_sources(host, peers, ['h0'])
-        assert chain[-1] == 'h0'
-        depth[host] = len(chain)
-    assert max(depth.values()) == 3   # log2(8) copies after the seed
-    # a holder serves one receiver at a time, in round order
-    sib = dict((h, hc.peer_previous_sibling(h, peers, ['h0'])) for h in peers)
-    assert sib == {'h0': None, 'h1': None, 'h2': 'h1', 'h3': None, 'h4': 'h2', 'h5': 'h3', 'h6': None, 'h7': None}
-
-
-def test_peer_tree_with_roots_anywhere_and_none():
-    peers = ['a', 'b', 'c', 'd', 'e']
-    assert hc.peer_tree(peers, ['c', 'e']) == {'a': 'c', 'b': 'e', 'd': 'c'}
-    assert hc.peer_tree(peers, []) == {}
-    chain, others = hc.peer_sources('d', peers, ['c', 'e'])
-    assert chain == ['c'] and others == ['e', 'a', 'b']
-
-
 def test_progress_message_of_a_peer_copy():
     msg = hc.progress_message({'state': 'running', 'source': 'gpu-01', 'bytes_total': 1024 ** 3,
                                'bytes_done': 512 * 1024 ** 2, 'rate_bps': 1024 ** 2, 'eta_s': 512,

@@ -96,3 +96,58 @@ def test_the_filters_read_the_roles_facts_from_hostvars():
     hv['h1']['__hf_cache_holder'] = True
     assert filters.hf_peer_failures(plan, hv, play) == {'dead': [], 'abort': False, 'reason': ''}
     assert set(filters.FilterModule().filters()) == {'hf_peer_seeds', 'hf_peer_plan', 'hf_peer_failures'}
+
+
+# --- the relay and its schedule model -------------------------------------------------------------
+
+def test_a_chain_relays_each_file_to_exactly_one_host():
+    peers = ['h1', 'h2', 'h3', 'h4', 'h5']
+    assert hf_fanout.relay_parents(peers, ['h1']) == {'h2': 'h1', 'h3': 'h2', 'h4': 'h3', 'h5': 'h4'}
+    assert hf_fanout.relay_parents(peers, ['h1'], degree=2) == {'h2': 'h1', 'h3': 'h1', 'h4': 'h2', 'h5': 'h2'}
+    # one relay per root, receivers dealt round-robin; roots anywhere in the order
+    assert hf_fanout.relay_parents(peers, ['h3', 'h1']) == {'h2': 'h1', 'h4': 'h3', 'h5': 'h2'}
+    assert hf_fanout.relay_parents(peers, []) == {}
+
+
+def test_sources_are_the_ancestors_then_the_roots_then_the_others():
+    peers = ['h1', 'h2', 'h3', 'h4', 'h5']
+    assert hf_fanout.relay_sources('h4', peers, ['h1']) == ['h3', 'h2', 'h1', 'h5']
+    assert hf_fanout.relay_sources('h2', peers, ['h1']) == ['h1', 'h3', 'h4', 'h5']
+    assert hf_fanout.relay_sources('h5', peers, ['h1'], degree=2) == ['h2', 'h1', 'h3', 'h4']
+    assert hf_fanout.relay_sources('h5', peers, ['h1', 'h3']) == ['h2', 'h1', 'h3', 'h4']
+
+
+def test_the_model_of_a_chain_is_t1_times_one_plus_n_minus_1_over_f():
+    # 8 hosts, 32 equal files of 1 MB, 8 Mbit/s: T1 = 32 s; a chain: 32 x (1 + 7/32) = 39 s
+    pred = hf_fanout.schedule(8, [10 ** 6] * 32, 8e6)
+    assert abs(pred['t1_s'] - 32.0) < 1e-9
+    assert abs(pred['makespan_s'] - 39.0) < 1e-9 and abs(pred['ratio'] - 39.0 / 32) < 1e-9
+    assert pred['host_s'] == sorted(pred['host_s'])          # down the chain, each one file later
+    # one host: T1; fixed costs add per file and per hop
+    assert hf_fanout.schedule(1, [10 ** 6] * 4, 8e6)['makespan_s'] == 4.0
+    slow = hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, per_file_s=0.1, per_hop_s=0.5)
+    assert abs(slow['makespan_s'] - (32 * 1.1 + 7 * (1.1 + 0.5))) < 1e-9
+
+
+def test_the_model_of_a_tree_shares_the_parent_link():
+    # binary tree of 7 hosts, 1 file: each level halves the rate: 1 + 2 + 2 = 5 s
+    pred = hf_fanout.schedule(7, [10 ** 6], 8e6, degree=2)
+    assert abs(pred['makespan_s'] - 5.0) < 1e-9
+    # many files, few hosts: a chain wins; one file, many hosts: a tree wins
+    assert hf_fanout.best_degree(8, [10 ** 6] * 64, 8e6)[0] == 1
+    assert hf_fanout.best_degree(64, [10 ** 6] * 2, 8e6)[0] > 1
+
+
+def test_the_hub_list_is_the_hub_answer_for_that_commit():
+    info = {'sha': A, 'siblings': [
+        {'rfilename': 'model-1.safetensors', 'size': 10, 'blobId': '1' * 40, 'lfs': {'sha256': 'c' * 64, 'size': 10}},
+        {'rfilename': 'config.json', 'size': 3, 'blobId': 'd' * 40}]}
+    files, err = hf_fanout.hub_files(info, A)
+    assert err is None and files == [
+        {'path': 'config.json', 'size': 3, 'etag': 'd' * 40, 'lfs': False},
+        {'path': 'model-1.safetensors', 'size': 10, 'etag': 'c' * 64, 'lfs': True}]
+    assert hf_fanout.hub_files(info, A, allow_patterns=['*.json'])[0] == files[:1]
+    assert hf_fanout.hub_files(info, B) == (None, "the hub describes commit %r, not %s" % (A, B))
+    assert 'no usable hash' in hf_fanout.hub_files({'sha': A, 'siblings': [{'rfilename': 'x', 'size': 1, 'blobId': 'zz'}]},
+                                                   A)[1]
+    assert hf_fanout.hub_files({'sha': A, 'siblings': []}, A)[0] is None

@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Action plugin inkling.fleet.hf_hub_files: the hub's file list of one commit, fetched on the controller.
+
+Documentation: plugins/modules/hf_hub_files.py. The decisions (what the answer must hold, the patterns) are
+``hf_fanout.hub_files``; this file only asks the hub."""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import json
+
+from ansible.module_utils.urls import open_url
+from ansible.plugins.action import ActionBase
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
+
+ARGUMENT_SPEC = {
+    'endpoint': {'type': 'str', 'required': True},
+    'repo_id': {'type': 'str', 'required': True},
+    'revision': {'type': 'str', 'required': True},
+    'token': {'type': 'str', 'no_log': True, 'default': ''},
+    'allow_patterns': {'type': 'list', 'elements': 'str', 'default': []},
+    'ignore_patterns': {'type': 'list', 'elements': 'str', 'default': []},
+    'timeout_s': {'type': 'int', 'default': 60},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        url = '%s/api/models/%s/revision/%s?blobs=true' % (
+            args['endpoint'].rstrip('/'), args['repo_id'], args['revision'])
+        headers = {'Authorization': 'Bearer %s' % args['token']} if args['token'] else {}
+        try:
+            resp = open_url(url, headers=headers, timeout=args['timeout_s'], http_agent='inkling.fleet hf_hub_files')
+            info = json.loads(resp.read())
+        except Exception as exc:  # pylint: disable=broad-except
+            msg = str(exc).replace(args['token'], '********') if args['token'] else str(exc)
+            result.update(failed=True, msg='the controller cannot read the file list of %s@%s from %s: %s: %s. Remedy: '
+                                           'set hf_cache_peer_files_endpoint to the hub (or mirror) as the '
+                                           'controller reaches it, and check hf_cache_token.'
+                          % (args['repo_id'], args['revision'][:12], args['endpoint'], type(exc).__name__, msg))
+            return result
+        files, error = hf_fanout.hub_files(info, args['revision'], args['allow_patterns'], args['ignore_patterns'])
+        if error:
+            result.update(failed=True, msg='the hub\'s file list of %s@%s from %s is not usable: %s'
+                          % (args['repo_id'], args['revision'][:12], args['endpoint'], error))
+            return result
+        result.update(changed=False, files=files, revision=args['revision'], files_total=len(files),
+                      bytes_total=sum(f['size'] for f in files),
+                      msg='%d files, %d bytes of %s@%s, from %s' % (
+                          len(files), sum(f['size'] for f in files), args['repo_id'], args['revision'][:12],
+                          args['endpoint']))
+        return result

@@ -1,0 +1,91 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: hf_hub_files
+short_description: Fetch the hub's file list of one commit (sizes and hashes) on the controller
+version_added: "0.2.0"
+description:
+  - Asks the hub (C(GET /api/models/REPO/revision/COMMIT?blobs=true), what C(huggingface_hub)'s
+    C(model_info(files_metadata=True)) reads) for every file of O(revision) with its size and hash (sha256 of
+    the content for LFS files, the git blob sha1 for the small ones), keeps those the allow/ignore patterns
+    select, and returns them.
+  - 'An action plugin: the request runs on the controller, once (use C(run_once: true)); the C(peer) fan-out of
+    the C(inkling.fleet.hf_cache) role hands the result to every receiver (option C(files) of M(inkling.fleet.hf_peer_copy)),
+    which checks every byte it receives against it, never against anything a peer serves.'
+  - Fails, before anything changes, when the hub cannot be read or answers for another commit, naming the remedy.
+author:
+  - inkling.fleet contributors (@inkling-fleet)
+options:
+  endpoint:
+    description: The hub or mirror, as the controller reaches it (C(https://huggingface.co)).
+    type: str
+    required: true
+  repo_id:
+    description: Hub repository, C(ORG/NAME).
+    type: str
+    required: true
+  revision:
+    description: The 40-hex commit.
+    type: str
+    required: true
+  token:
+    description: Hub token (gated or private repositories); never logged.
+    type: str
+    default: ''
+  allow_patterns:
+    description: Keep only files matching one of these (C(huggingface_hub) semantics).
+    type: list
+    elements: str
+    default: []
+  ignore_patterns:
+    description: Drop files matching one of these.
+    type: list
+    elements: str
+    default: []
+  timeout_s:
+    description: Seconds to wait for the hub's answer.
+    type: int
+    default: 60
+notes:
+  - The decisions are C(hub_files) in C(plugins/module_utils/hf_fanout.py) (unit-tested).
+seealso:
+  - module: inkling.fleet.hf_peer_copy
+'''
+
+EXAMPLES = r'''
+- name: The hub's file list, once, on the controller
+  inkling.fleet.hf_hub_files:
+    endpoint: https://huggingface.co
+    repo_id: thinkingmachines/Inkling-NVFP4
+    revision: "{{ fanout.commit }}"
+    token: "{{ hf_token }}"
+  run_once: true
+  register: hub_files
+'''
+
+RETURN = r'''
+files:
+  description: The files, sorted by path, each C(path), C(size), C(etag) (sha256 or git blob sha1) and C(lfs).
+  returned: success
+  type: list
+  elements: dict
+revision:
+  description: The commit.
+  returned: success
+  type: str
+files_total:
+  description: Number of files.
+  returned: success
+  type: int
+bytes_total:
+  description: Their size in bytes.
+  returned: success
+  type: int
+'''

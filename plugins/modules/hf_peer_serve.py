@@ -1,0 +1,170 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: hf_peer_serve
+short_description: Start the read-only rsync daemon of the peer fan-out, with this run's secret
+version_added: 0.2.0
+description:
+  - 'Part of the C(peer) source of the C(inkling.fleet.hf_cache) role: in one step (one module run instead of four
+    tasks, which the peer staging of a fleet waits for), creates the copy jobs'' runtime directory O(rundir), writes
+    the daemon''s secrets file O(secrets_path) (C(USER:SECRET), mode 0600, root) and its configuration
+    O(config_path) (mode 0600), and starts C(rsync --daemon) as the transient systemd unit O(unit).'
+  - When the unit stops, for whatever reason, systemd removes the configuration, the secrets file and the runtime
+    directory (C(ExecStopPost)).
+  - 'With O(pid_file), it first ends what a killed run left (its copy job, found through O(pid_file), the unit
+    O(unit), the paths of O(remove)), as M(inkling.fleet.hf_peer_reset) does, in the same task: the peer staging of
+    a fleet waits for every task on every host. Without O(pid_file), a unit that already runs is left as it is.'
+  - Fails before anything changes when O(address) is given and empty (the host has no address on the fleet
+    network), naming the remedy.
+author:
+  - inkling.fleet contributors (@inkling-fleet)
+options:
+  unit:
+    description: The transient unit's name, without C(.service).
+    type: str
+    required: true
+  config:
+    description: The daemon's configuration (the role renders C(templates/rsyncd.conf.j2)); it names O(secrets_path).
+    type: str
+    required: true
+  config_path:
+    description: Where the configuration is written.
+    type: path
+    required: true
+  secrets_path:
+    description: Where the secrets file is written.
+    type: path
+    required: true
+  user:
+    description: The daemon's C(auth users) user.
+    type: str
+    required: true
+  secret:
+    description: This run's secret (made on the controller).
+    type: str
+    required: true
+  rundir:
+    description: The copy jobs' runtime directory, which the daemon serves (module C(inkling-hf-run)).
+    type: path
+    required: true
+  address:
+    description: The address the daemon listens on (the one O(config) names); checked to be non-empty.
+    type: str
+  pid_file:
+    description: The copy job's pid file of M(inkling.fleet.hf_peer_reset); when given, what a killed run left is
+      ended first.
+    type: path
+  remove:
+    description: With O(pid_file), files and directories a killed run left (removed after its unit stopped).
+    type: list
+    elements: path
+    default: []
+notes:
+  - Supports check mode (says it would start the daemon).
+seealso:
+  - module: inkling.fleet.hf_peer_copy
+  - module: inkling.fleet.hf_peer_reset
+'''
+
+EXAMPLES = r'''
+- name: Start this host's read-only rsync daemon
+  inkling.fleet.hf_peer_serve:
+    unit: inkling-hf-rsyncd
+    config: "{{ lookup('ansible.builtin.template', 'rsyncd.conf.j2') }}"
+    config_path: /run/inkling-hf-rsyncd.conf
+    secrets_path: /run/inkling-hf-rsyncd.secrets
+    user: inkling-fleet
+    secret: "{{ peer_secret }}"
+    rundir: /run/inkling-hf-cache
+    address: "{{ ansible_default_ipv4.address }}"
+    pid_file: /run/inkling-hf-peer-copy.pid
+'''
+
+RETURN = r'''
+started:
+  description: True when the daemon was started (false when its unit already ran).
+  returned: always
+  type: bool
+reset:
+  description: What was ended of a killed run (C(killed), C(stopped), C(removed)), as M(inkling.fleet.hf_peer_reset)
+    returns it.
+  returned: when pid_file is given
+  type: dict
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
+
+
+def write_private(path, text):
+    """Write text to path, root-only (0600) from the first byte, replacing it atomically."""
+    tmp = path + '.tmp'
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, 'w') as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            unit=dict(type='str', required=True),
+            config=dict(type='str', required=True),
+            config_path=dict(type='path', required=True),
+            secrets_path=dict(type='path', required=True),
+            user=dict(type='str', required=True),
+            secret=dict(type='str', required=True, no_log=True),
+            rundir=dict(type='path', required=True),
+            address=dict(type='str'),
+            pid_file=dict(type='path'),
+            remove=dict(type='list', elements='path', default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p['address'] is not None and not p['address'].strip():
+        module.fail_json(msg='%s: no address for the peer copy (hf_cache_peer_address is empty: the host has no IPv4 '
+                             'default route). Remedy: set hf_cache_peer_address to this host\'s address on the fleet '
+                             'network.' % os.uname()[1])
+    extra = {}
+    if p['pid_file']:
+        extra['reset'] = hf_peer_daemon.reset(module, p['unit'], p['pid_file'], p['remove'])
+    systemctl = module.get_bin_path('systemctl', required=True)
+    rc, out, dummy = module.run_command([systemctl, 'is-active', p['unit'] + '.service'])
+    ended = extra.get('reset') or {}
+    if out.strip() in ('active', 'activating', 'reloading') and not (module.check_mode and ended.get('stopped')):
+        module.exit_json(changed=bool(ended.get('changed')), started=False, msg='%s runs already' % p['unit'], **extra)
+    if module.check_mode:
+        module.exit_json(changed=True, started=True, **extra)
+    if not os.path.isdir(p['rundir']):
+        os.makedirs(p['rundir'])
+    os.chmod(p['rundir'], 0o755)
+    write_private(p['secrets_path'], '%s:%s\n' % (p['user'], p['secret']))
+    write_private(p['config_path'], p['config'].rstrip('\n') + '\n')
+    argv = [module.get_bin_path('systemd-run', required=True), '--unit=%s' % p['unit'],
+            '--description=inkling.fleet hub cache peer copy (stopped when staging ends)', '--collect',
+            '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir']),
+            '/usr/bin/rsync', '--daemon', '--no-detach', '--config=%s' % p['config_path']]
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        module.fail_json(msg='%s: cannot start the rsync daemon %s: %s' % (os.uname()[1], p['unit'], (err or out).strip()))
+    if ended.get('msg'):
+        extra['msg'] = ended['msg']
+    module.exit_json(changed=True, started=True, **extra)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,89 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""hf_peer_serve with stand-ins for systemctl and systemd-run (this machine's tests run without systemd): the
+secret is written root-only from the first byte, the unit removes what the module wrote when it stops, and a
+daemon that already runs is left alone."""
+
+import os
+import stat
+
+from inkling_test_helpers import run_module
+
+
+def fake_bin(tmp_path, active):
+    bindir = tmp_path / 'bin'
+    bindir.mkdir()
+    (bindir / 'systemctl').write_text('#!/bin/sh\necho %s\n' % ('active' if active else 'inactive'))
+    (bindir / 'systemd-run').write_text('#!/bin/sh\nprintf "%%s\\n" "$@" > %s\n' % (tmp_path / 'argv'))
+    for name in ('systemctl', 'systemd-run'):
+        os.chmod(str(bindir / name), 0o755)
+    return {'PATH': '%s:%s' % (bindir, os.environ['PATH'])}
+
+
+def serve(tmp_path, active=False):
+    args = {'unit': 'inkling-hf-rsyncd', 'config': 'port = 8873\n', 'config_path': str(tmp_path / 'rsyncd.conf'),
+            'secrets_path': str(tmp_path / 'rsyncd.secrets'), 'user': 'inkling-fleet', 'secret': 'run-secret',
+            'rundir': str(tmp_path / 'run')}
+    return run_module('hf_peer_serve', args, env=fake_bin(tmp_path, active), tmp_path=tmp_path)
+
+
+def test_writes_the_secret_root_only_and_starts_the_unit(tmp_path):
+    rc, res = serve(tmp_path)
+    assert rc == 0 and res['changed'] is True and res['started'] is True, res
+    secrets = tmp_path / 'rsyncd.secrets'
+    assert secrets.read_text() == 'inkling-fleet:run-secret\n'
+    assert stat.S_IMODE(os.stat(str(secrets)).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(str(tmp_path / 'rsyncd.conf')).st_mode) == 0o600
+    assert (tmp_path / 'run').is_dir()
+    argv = (tmp_path / 'argv').read_text().splitlines()
+    assert '--unit=inkling-hf-rsyncd' in argv and '--config=%s' % (tmp_path / 'rsyncd.conf') in argv
+    assert '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (
+        tmp_path / 'rsyncd.conf', tmp_path / 'rsyncd.secrets', tmp_path / 'run') in argv
+    # the secret is in no argument and not in the result
+    assert not [a for a in argv if 'run-secret' in a] and 'run-secret' not in str(res)
+
+
+def test_a_running_daemon_is_left_alone(tmp_path):
+    rc, res = serve(tmp_path, active=True)
+    assert rc == 0 and res['changed'] is False and res['started'] is False
+    assert not (tmp_path / 'rsyncd.secrets').exists() and not (tmp_path / 'argv').exists()
+
+
+def test_an_empty_address_fails_before_anything_changes(tmp_path):
+    args = {'unit': 'inkling-hf-rsyncd', 'config': 'port = 8873\n', 'config_path': str(tmp_path / 'rsyncd.conf'),
+            'secrets_path': str(tmp_path / 'rsyncd.secrets'), 'user': 'inkling-fleet', 'secret': 'run-secret',
+            'rundir': str(tmp_path / 'run'), 'address': ''}
+    rc, res = run_module('hf_peer_serve', args, env=fake_bin(tmp_path, False), tmp_path=tmp_path)
+    assert rc != 0 and res['failed'] is True
+    assert 'hf_cache_peer_address is empty' in res['msg'] and 'Remedy: set hf_cache_peer_address' in res['msg']
+    assert not (tmp_path / 'rsyncd.secrets').exists() and not (tmp_path / 'argv').exists()
+
+
+def test_what_a_killed_run_left_is_ended_in_the_same_task(tmp_path):
+    """With pid_file: the killed run's copy job is ended and its files removed, then this run's daemon starts."""
+    import json
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / 'AnsiballZ_hf_peer_copy.py'
+    script.write_text('import time\ntime.sleep(120)\n')
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    time.sleep(0.3)
+    pid_file = tmp_path / 'copy.pid'
+    pid_file.write_text(json.dumps({'pid': proc.pid, 'pgid': os.getpgid(proc.pid)}))
+    (tmp_path / 'left').write_text('old secret')
+    args = {'unit': 'inkling-hf-rsyncd', 'config': 'port = 8873\n', 'config_path': str(tmp_path / 'rsyncd.conf'),
+            'secrets_path': str(tmp_path / 'rsyncd.secrets'), 'user': 'inkling-fleet', 'secret': 'run-secret',
+            'rundir': str(tmp_path / 'run'), 'address': '10.0.0.1', 'pid_file': str(pid_file),
+            'remove': [str(tmp_path / 'left')]}
+    try:
+        rc, res = run_module('hf_peer_serve', args, env=fake_bin(tmp_path, False), tmp_path=tmp_path)
+        assert rc == 0 and res['started'] is True, res
+        assert res['reset']['killed'] == [proc.pid] and proc.wait(10) is not None
+        assert not pid_file.exists() and not (tmp_path / 'left').exists()
+        assert 'ended what a killed run of the peer fan-out left' in res['msg']
+        assert (tmp_path / 'rsyncd.secrets').read_text() == 'inkling-fleet:run-secret\n'
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
