@@ -9,7 +9,8 @@
 # (Debian trixie), and the stand-in's vllm and torch packages (site/README.md).
 # Entrypoint ["/usr/local/bin/vllm", "serve"], as the real image.
 # Idempotent: does nothing when both images exist and the stand-in is unchanged,
-# unless FORCE=1.
+# unless FORCE=1. With --check it builds nothing: exit 0 when the images exist and were built
+# from this source, 1 otherwise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/../conf/containers.conf}
@@ -25,6 +26,14 @@ for t in "${tags[@]}"; do
     [ "$(podman image inspect --format '{{ index .Config.Labels "org.inkling.standin.source" }}' "$repo:$t")" = "$src_sum" ] ||
     built=0
 done
+if [ "${1:-}" = --check ]; then
+  if [ "$built" = 1 ]; then
+    echo "standin: $repo:${tags[*]} built from this source ($src_sum)"
+    exit 0
+  fi
+  echo "standin: $repo:${tags[*]} missing or not built from this source ($src_sum)"
+  exit 1
+fi
 if [ "${FORCE:-0}" != 1 ] && [ "$built" = 1 ]; then
   echo "standin: $repo:${tags[*]} already built from this source"
   exit 0

@@ -125,6 +125,11 @@ class ActionModule(ActionBase):
                 outcomes[name] = {}
             if current:
                 outcomes[name]['current'] = dict(current)
+            # The inventory's replica (docs/variants.md), so that a member without a contract still
+            # counts with its replica.
+            replica = hv.get('inkling_replica') if hasattr(hv, 'get') else None
+            if replica:
+                outcomes[name]['replica'] = str(replica)
         run_id = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')
         suffix = 1
         while os.path.exists(os.path.join(directory, 'rollout-%s.json' % run_id)) or \

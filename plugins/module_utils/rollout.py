@@ -21,7 +21,7 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
     pending -> staged | stage_failed | not_reached
     staged -> unchanged | would_restart | stage_only | not_reached | unit_refused | recheck_failed
               | trial_failed | draining
-    draining -> drain_failed | restarting          (restarting: the old server is stopped)
+    draining -> drain_failed | restarting | replica_held   (restarting: the old server is stopped)
     restarting -> serving_new | rolling_back
     serving_new -> done | undrain_failed
     rolling_back -> rolled_back | rollback_failed | removed
@@ -43,7 +43,7 @@ TRANSITIONS = {
     'pending': ('staged', 'stage_failed', 'not_reached'),
     'staged': ('unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
                'trial_failed', 'draining'),
-    'draining': ('drain_failed', 'restarting'),
+    'draining': ('drain_failed', 'restarting', 'replica_held'),
     'restarting': ('serving_new', 'rolling_back'),
     'serving_new': ('done', 'undrain_failed'),
     'rolling_back': ('rolled_back', 'rollback_failed', 'removed'),
@@ -61,6 +61,8 @@ TERMINAL = {
     'stage_only': (False, 'staged, not restarted (rollout_stage_only): serving its current version'),
     'would_restart': (False, 'would restart (check mode: nothing was changed)'),
     'drain_failed': (True, 'drain failed, not stopped: serving its current version'),
+    'replica_held': (True, 'held back with its replica (a member fell out before the stop), not stopped: serving its '
+                           'current version'),
     'done': (False, 'restarted: serving the new version'),
     'undrain_failed': (True, 'serving the new version, but NOT undrained'),
     'rolled_back': (True, 'rolled back: serving its previous version'),
@@ -121,6 +123,8 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     dict: the host never reported, e.g. unreachable). Returns (journal, abandoned, notice):
     ``abandoned`` is the previous journal closed as abandoned (to be archived) or None.
     """
+    replica_map = replicas_of(outcomes)
+    outcomes = exclude_incomplete_replicas(outcomes)
     contracts = dict((h, o.get('contract')) for h, o in outcomes.items() if o.get('contract'))
     fp = fingerprint(contracts)
     abandoned = None
@@ -175,12 +179,17 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
             rec['message'] = outcome.get('failed') or 'no preflight result (host unreachable or the run stopped)'
             rec['failures'] = outcome.get('failures', [])
             _set_phase(rec, 'excluded', run, now, rec['message'])
+    journal['replicas'] = dict((h, replica_map[h]) for h in sorted(replica_map))
     healthy = sorted(h for h, o in outcomes.items() if o.get('contract'))
-    if len(healthy) < int(min_healthy):
-        _halt(journal, 'only %d of %d hosts passed preflight (%s failed); rollout_min_healthy_hosts is %d. Nothing '
+    healthy_units = sorted(set(unit_of(journal, h) for h in healthy))
+    all_units = sorted(set(unit_of(journal, h) for h in outcomes))
+    if len(healthy_units) < int(min_healthy):
+        _halt(journal, 'only %d of %d %s passed preflight (%s failed); rollout_min_healthy_hosts is %d%s. Nothing '
               'was changed. Fix the failed hosts (see their preflight reports) or lower rollout_min_healthy_hosts'
-              % (len(healthy), len(outcomes), ', '.join(sorted(set(outcomes) - set(healthy))) or 'none',
-                 int(min_healthy)))
+              % (len(healthy_units), len(all_units), 'replicas' if replica_map else 'hosts',
+                 ', '.join(unit_label(journal, u) for u in sorted(set(all_units) - set(healthy_units))) or 'none',
+                 int(min_healthy), ' (it counts replicas; a host outside a replica is a replica of one)'
+                 if replica_map else ''))
     else:
         check_budget(journal, max_failed)
     return journal, abandoned, notice
@@ -199,18 +208,64 @@ def failed_hosts(journal):
     return sorted(h for h, r in journal.get('hosts', {}).items() if r.get('phase') in FAILED)
 
 
+def replicas_of(outcomes):
+    """host -> replica name: the inventory's (``replica`` of an outcome), and the replica each
+    passing host's contract names (entry.replica)."""
+    out = dict((h, o['replica']) for h, o in outcomes.items() if o.get('replica'))
+    for host, outcome in outcomes.items():
+        info = (((outcome.get('contract') or {}).get('entry') or {}).get('replica') or {})
+        if info.get('name'):
+            for member in info.get('members') or [host]:
+                out[member] = info['name']
+    return out
+
+
+def exclude_incomplete_replicas(outcomes):
+    """A replica serves only with all its members: when one member failed preflight (or is not in
+    the run), every member is set aside, naming the member(s) that failed."""
+    outcomes = dict((h, dict(o)) for h, o in outcomes.items())
+    for host, outcome in sorted(outcomes.items()):
+        info = (((outcome.get('contract') or {}).get('entry') or {}).get('replica') or {})
+        members = info.get('members') or []
+        bad = [m for m in members if not (outcomes.get(m) or {}).get('contract')]
+        if outcome.get('contract') and bad:
+            outcome.pop('contract')
+            outcome['failed'] = ('replica %s (%s) is set aside as a whole: %s did not pass preflight or is not in '
+                                 'this run' % (info.get('name'), ', '.join(members), ', '.join(bad)))
+    return outcomes
+
+
+def unit_of(journal, host):
+    """The unit of the budget and the batches: the host's replica, or the host itself."""
+    name = (journal.get('replicas') or {}).get(host)
+    return ('replica:' + name) if name else host
+
+
+def unit_label(journal, unit):
+    if not unit.startswith('replica:'):
+        return unit
+    name = unit.split(':', 1)[1]
+    members = sorted(h for h, r in (journal.get('replicas') or {}).items() if r == name)
+    return 'replica %s (%s)' % (name, ', '.join(members))
+
+
+def failed_units(journal):
+    return sorted(set(unit_of(journal, h) for h in failed_hosts(journal)))
+
+
 def _halt(journal, reason):
     journal['halted'] = True
     journal['halt_reason'] = reason
 
 
 def check_budget(journal, max_failed):
-    """Halt the rollout when more hosts failed than the budget allows. Returns True when
-    the budget is spent (the rollout is halted)."""
-    failed = failed_hosts(journal)
+    """Halt the rollout when more replicas (a host outside a replica is a replica of one) failed
+    than the budget allows. Returns True when the budget is spent (the rollout is halted)."""
+    failed = failed_units(journal)
     if not journal.get('halted') and len(failed) > int(max_failed):
-        _halt(journal, '%d host(s) failed (%s), over the fleet-wide budget of %d'
-              % (len(failed), ', '.join(failed), int(max_failed)))
+        _halt(journal, '%d %s failed (%s), over the fleet-wide budget of %d'
+              % (len(failed), 'replica(s)' if journal.get('replicas') else 'host(s)',
+                 ', '.join(unit_label(journal, u) for u in failed), int(max_failed)))
     return bool(journal.get('halted'))
 
 
@@ -339,6 +394,11 @@ def host_view(rec):
     }
 
 
+def _replica_note(journal, host):
+    name = (journal.get('replicas') or {}).get(host)
+    return ' (replica %s)' % name if name else ''
+
+
 def _short_image(serving):
     image = serving.get('image') or ''
     digest = serving.get('image_digest') or ''
@@ -354,8 +414,8 @@ def summary_lines(journal):
     for host, rec in sorted(journal.get('hosts', {}).items()):
         view = host_view(rec)
         s = view['serving']
-        line = '%s: %s; variant=%s image=%s revision=%s' % (
-            host, view['state'], s.get('variant') or '-', _short_image(s), (s.get('revision') or '-')[:12])
+        line = '%s%s: %s; variant=%s image=%s revision=%s' % (
+            host, _replica_note(journal, host), view['state'], s.get('variant') or '-', _short_image(s), (s.get('revision') or '-')[:12])
         if view['restarts']:
             line += ' restarts=%d' % view['restarts']
         if view['unavailable_s'] is not None:
@@ -401,7 +461,7 @@ def render_markdown(journal, width=60):
         s = v['serving']
         msg = v['message'] + ((' Remedy: ' + v['remedy']) if v['remedy'] else '')
         out.append('| %s |' % ' | '.join(_cell(x) for x in (
-            host, v['state'], s.get('variant'), _short_image(s), (s.get('revision') or '-')[:12], v['restarts'],
+            host + _replica_note(journal, host), v['state'], s.get('variant'), _short_image(s), (s.get('revision') or '-')[:12], v['restarts'],
             'yes' if v['rolled_back'] else 'no', v['unavailable_s'], msg)))
     out += ['', '## Unavailability timeline', '',
             'Seconds from the first stop of this rollout; each bar is one host out of service (from the stop of',

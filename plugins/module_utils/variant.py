@@ -34,12 +34,18 @@ ENTRY_KEYS = {
     'model': 'dict', 'tensor_parallel_size': 'int', 'image': 'dict', 'vllm_args': 'strlist',
     'env': 'strdict', 'mounts': 'list', 'min_driver': 'str', 'served_model_name': 'str',
     'notes': 'strlist', 'sources': 'strlist', 'description': 'str',
+    'nodes_per_replica': 'int', 'node_args': 'dict',
 }
 REQUIRED_KEYS = ('architecture', 'compute_caps', 'model', 'tensor_parallel_size', 'image',
                  'vllm_args', 'min_driver', 'served_model_name')
 MODEL_KEYS = ('repo_id', 'revision', 'min_total_gpu_memory_mib', 'size_bytes')
 IMAGE_KEYS = ('reference', 'digest')
 MOUNT_KEYS = ('source', 'target', 'options')
+# A multi-node entry (nodes_per_replica > 1) adds per-node arguments: node_args.head (the node
+# that serves the API) and node_args.worker (every other node, headless). Placeholders filled
+# per host by replica_node_args(): {head_address}, {port}, {node_rank}, {nodes}.
+NODE_ROLES = ('head', 'worker')
+NODE_PLACEHOLDERS = ('head_address', 'port', 'node_rank', 'nodes')
 
 # The service role adds these itself; a variant must not carry them.
 FORBIDDEN_ARGS = ('--model', '--served-model-name', '--host', '--port', '--download-dir',
@@ -79,7 +85,7 @@ class VariantRefused(Exception):
 # The check of inkling.fleet.preflight each kind of refusal belongs to: gpu.count and gpu.mig
 # are checks of their own; gpu.memory and driver.version are reported from the refusal; the
 # rest (compute capability, no entry) are about the table and stay with the variant check.
-REFUSAL_CHECKS = ('gpu.count', 'gpu.mig', 'gpu.memory', 'driver.version', 'variant')
+REFUSAL_CHECKS = ('gpu.count', 'gpu.mig', 'gpu.memory', 'driver.version', 'variant', 'replica')
 
 
 def refusal(check, host, reason):
@@ -266,6 +272,8 @@ def validate_entry(name, entry):
         errors.append('%s: vllm_args say --tensor-parallel-size %s but tensor_parallel_size is %s'
                       % (where, tp_arg, entry['tensor_parallel_size']))
 
+    errors.extend(_validate_nodes(where, entry))
+
     for index, mount in enumerate(entry.get('mounts') or []):
         if not isinstance(mount, dict):
             errors.append('%s: mounts[%d] must be a dict with source and target' % (where, index))
@@ -279,6 +287,45 @@ def validate_entry(name, entry):
         if mount.get('options') is not None and not isinstance(mount.get('options'), str):
             errors.append('%s: mounts[%d].options must be a string such as "ro"' % (where, index))
     return errors
+
+
+def _validate_nodes(where, entry):
+    """nodes_per_replica and node_args: both or neither; node_args has head and worker lists."""
+    errors = []
+    nodes = entry.get('nodes_per_replica')
+    node_args = entry.get('node_args')
+    if nodes is None or nodes == 1:
+        if node_args:
+            errors.append('%s: node_args needs nodes_per_replica of 2 or more' % where)
+        return errors
+    if nodes < 1:
+        return ['%s: nodes_per_replica must be >= 1, got %r' % (where, nodes)]
+    if not isinstance(node_args, dict):
+        return ['%s: nodes_per_replica is %d but node_args is missing (a dict with head and worker argument '
+                'lists)' % (where, nodes)]
+    for key in sorted(set(node_args) - set(NODE_ROLES)):
+        errors.append('%s: node_args has unknown key %r (known: head, worker)' % (where, key))
+    for role in NODE_ROLES:
+        args = node_args.get(role)
+        if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+            errors.append('%s: node_args.%s must be %s, got %r' % (where, role, KIND_WORDS['strlist'], args))
+            continue
+        for arg in args:
+            for name in re.findall(r'\{(\w*)\}', arg):
+                if name not in NODE_PLACEHOLDERS:
+                    errors.append('%s: node_args.%s: unknown placeholder {%s} in %r (known: %s)' % (
+                        where, role, name, arg, ', '.join('{%s}' % p for p in NODE_PLACEHOLDERS)))
+    return errors
+
+
+def replica_node_args(variant, replica):
+    """The arguments one node of a replica adds to the variant's vllm_args: node_args.head or
+    node_args.worker with {head_address}, {port}, {node_rank} and {nodes} filled in."""
+    role = 'head' if replica['node_rank'] == 0 else 'worker'
+    values = {'head_address': str(replica['head_address']), 'port': str(replica['port']),
+              'node_rank': str(replica['node_rank']), 'nodes': str(len(replica['members']))}
+    return [re.sub(r'\{(\w+)\}', lambda m: values[m.group(1)], arg)
+            for arg in (variant.get('node_args') or {}).get(role, [])]
 
 
 def _arg_value(args, flag):
@@ -328,6 +375,10 @@ def normalise_entry(name, entry):
     variant['mounts'] = [dict(source=m['source'], target=m['target'], options=m.get('options'))
                          for m in variant['mounts']]
     variant.setdefault('description', None)
+    # Single-host entries stay as they were (their contract and fingerprint do not change).
+    if (variant.get('nodes_per_replica') or 1) == 1:
+        variant.pop('nodes_per_replica', None)
+        variant.pop('node_args', None)
     return variant
 
 
@@ -341,15 +392,138 @@ def tp_group_memory_mib(gpus, tensor_parallel_size):
     return sum(sizes[:tensor_parallel_size])
 
 
+def _nodes(entry):
+    return entry.get('nodes_per_replica') or 1
+
+
 def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host=None,
-                   schema_version=SCHEMA_VERSION):
-    """Pick the variant for a host. Returns (variant, reasons); raises VariantRefused or VariantTableError."""
+                   schema_version=SCHEMA_VERSION, replica=None):
+    """Pick the variant for a host. Returns (variant, reasons); raises VariantRefused or VariantTableError.
+
+    ``replica``: the replica the inventory puts this host in, or None: ``{'name', 'members'}``
+    (inventory order, head first), ``'gpus'`` (member -> its GPU facts, None when this run has
+    none) and ``'head_address'``/``'port'`` (the rendezvous). A multi-node entry
+    (``nodes_per_replica`` > 1) is picked only when one host cannot hold the model and the host is
+    in a replica; the result's variant then carries ``replica`` (see ``select_replica``).
+    """
     host = host or 'this host'
     merged = merge_table(table, overrides)
     validate_table(merged, schema_version)
     if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
         raise VariantTableError(['tensor_parallel_size must be a positive integer, got %r' % (tensor_parallel_size,)])
+    single = dict((n, e) for n, e in merged.items() if _nodes(e) == 1 or not e.get('enabled', True))
+    multi = dict((n, e) for n, e in merged.items() if _nodes(e) > 1 and e.get('enabled', True))
+    members = list((replica or {}).get('members') or [])
+    try:
+        variant, reasons = _select_single(gpu, model, tensor_parallel_size, single, host)
+    except VariantRefused as exc:
+        checks = [r['check'] for r in exc.refusals]
+        memory_only = checks and all(c == 'gpu.memory' for c in checks)
+        fitting = _multi_candidates(multi, model, gpu, tensor_parallel_size) if 'gpu.memory' in checks else []
+        if fitting and len(members) > 1:
+            # The host's own problems (GPU count, MIG, ...) stay; memory and the driver floor are
+            # the replica's (select_replica checks them against the multi-node entry).
+            own = [r for r in exc.refusals if r['check'] not in ('gpu.memory', 'driver.version')]
+            return select_replica(gpu, model, tensor_parallel_size, fitting, host, replica, own)
+        if not (fitting and memory_only):
+            raise
+        name, entry = fitting[0]
+        hint = ('; or group %d identical hosts into a replica (host variable inkling_replica: <name> on each; '
+                'docs/variants.md, "Multi-node replicas"): entry %s serves %s across %d such hosts.'
+                % (_nodes(entry), name, model, _nodes(entry)))
+        raise VariantRefused(host, [refusal(r['check'], host, r['reason'].rstrip('.') + hint)
+                                    for r in exc.refusals])
+    if len(members) > 1:
+        raise VariantRefused(host, [refusal('variant', host, (
+            '%s: the inventory groups this host into replica %s (%s), but one host holds %s (entry %s). Remedy: '
+            'remove inkling_replica from these hosts; each serves on its own.'
+            % (host, replica.get('name'), ', '.join(members), model, variant['name'])))])
+    return variant, reasons
 
+
+def _multi_candidates(multi, model, gpu, tensor_parallel_size):
+    caps = sorted(set(gpu.get('compute_caps') or []))
+    if len(caps) != 1:
+        return []
+    return sorted([(n, e) for n, e in multi.items() if e['model']['repo_id'] == model
+                   and caps[0] in e['compute_caps'] and e['tensor_parallel_size'] == tensor_parallel_size],
+                  key=lambda item: (-item[1].get('priority', 0), item[0]))
+
+
+def _gpu_identity(gpu):
+    """What must be the same on every member of a replica: GPU model(s), count and driver."""
+    names = sorted(set(g.get('name') or '?' for g in gpu.get('gpus') or []))
+    return {'gpu model': ', '.join(names) or 'none', 'GPU count': gpu.get('gpu_count', len(gpu.get('gpus') or [])),
+            'driver': gpu.get('driver_version') or 'unknown'}
+
+
+def select_replica(gpu, model, tensor_parallel_size, candidates, host, replica, own_refusals=()):
+    """Pick a multi-node entry for a host of a replica, or refuse naming every problem of the
+    group: a wrong number of members, a member without GPU facts in this run (unreachable, its
+    preflight failed, or left out by --limit), a member whose GPU model, GPU count or driver
+    differs from the head's, too little memory over all members, or a driver below the floor."""
+    name = replica.get('name')
+    members = list(replica['members'])
+    gpus = dict(replica.get('gpus') or {})
+    gpus[host] = gpu
+    refusals = list(own_refusals)
+
+    def refuse(check, reason):
+        refusals.append(refusal(check, host, reason))
+
+    chosen_name, chosen = candidates[0]
+    nodes = _nodes(chosen)
+    if len(members) != nodes:
+        refuse('replica', '%s: replica %s has %d host(s) (%s); entry %s needs exactly %d. Remedy: put %d identical '
+               'hosts in the replica (inkling_replica: %s on each), no more, no fewer.'
+               % (host, name, len(members), ', '.join(members), chosen_name, nodes, nodes, name))
+    missing = [m for m in members if not gpus.get(m)]
+    if missing:
+        refuse('replica', '%s: replica %s is incomplete in this run: no GPU facts from %s (unreachable, its '
+               'nvidia-smi failed, or left out by --limit); expected all of %s. Remedy: run with every member of '
+               'the replica reachable and included.' % (host, name, ', '.join(missing), ', '.join(members)))
+    head = members[0]
+    expected = _gpu_identity(gpus[head]) if gpus.get(head) else None
+    for member in members[1:]:
+        if expected is None or not gpus.get(member):
+            continue
+        found = _gpu_identity(gpus[member])
+        for key in ('gpu model', 'GPU count', 'driver'):
+            if found[key] != expected[key]:
+                refuse('replica', '%s: replica %s: %s has %s %s, the head %s has %s; the members of a replica must '
+                       'be identical (GPU model, GPU count, driver). Remedy: make %s match %s, or move it to '
+                       'another replica.' % (host, name, member, key, found[key], head, expected[key], member, head))
+    reasons = []
+    if not refusals:
+        need = chosen['model']['min_total_gpu_memory_mib']
+        have = sum(tp_group_memory_mib(gpus[m].get('gpus') or [], tensor_parallel_size) for m in members)
+        if have < need:
+            refuse('gpu.memory', '%s: the %d hosts of replica %s have %d MiB (%s) in their tensor parallel groups; '
+                   '%s (entry %s) needs at least %d MiB (%s). Remedy: use hosts with more GPU memory.'
+                   % (host, nodes, name, have, _gib(have), model, chosen_name, need, _gib(need)))
+        floor = chosen['min_driver']
+        driver = gpu.get('driver_version')
+        if version_tuple(driver) < version_tuple(floor):
+            refuse('driver.version', '%s: driver %s is older than %s, which entry %s needs (image %s). Remedy: '
+                   'upgrade the NVIDIA driver on every member of replica %s to %s or newer.'
+                   % (host, driver, floor, chosen_name, chosen['image']['reference'], name, floor))
+        reasons = ['%s: one host cannot hold %s; replica %s (%s) has %d identical hosts (%s x %d GPU(s), driver %s) '
+                   'with %d MiB; entry %s spans %d nodes' % (
+                       host, model, name, ', '.join(members), nodes, expected['gpu model'], expected['GPU count'],
+                       expected['driver'], have, chosen_name, nodes)]
+    if refusals:
+        raise VariantRefused(host, refusals)
+    variant = normalise_entry(chosen_name, chosen)
+    rank = members.index(host)
+    variant['replica'] = {
+        'name': name, 'members': members, 'head': head, 'node_rank': rank, 'role': 'head' if rank == 0 else 'worker',
+        'head_address': replica.get('head_address') or head, 'port': int(replica.get('port') or 0)}
+    variant['replica']['args'] = replica_node_args(variant, variant['replica'])
+    return variant, reasons
+
+
+def _select_single(gpu, model, tensor_parallel_size, merged, host):
+    """One host serves the model alone (entries with nodes_per_replica 1)."""
     enabled = dict((name, entry) for name, entry in merged.items() if entry.get('enabled', True))
     gpus = gpu.get('gpus') or []
     gpu_count = gpu.get('gpu_count', len(gpus))

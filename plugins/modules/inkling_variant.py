@@ -22,6 +22,9 @@ description:
     issue 51405), fewer GPUs than the tensor parallel size, less total GPU memory in the tensor parallel
     group than the model needs, MIG enabled or pending on any GPU, or a driver older than the entry's
     C(min_driver). Every applicable reason is reported.
+  - For a host that cannot hold the model alone and that the inventory groups into a replica, selects
+    a multi-node entry (C(nodes_per_replica) > 1) and returns the host's place in it; refuses an
+    incomplete group or members that differ (see O(replica)).
   - Validates the table itself, for example that every image reference names its registry host.
   - Makes no change on the host; runs the same in check mode.
 author:
@@ -64,6 +67,37 @@ options:
       - The host name used in messages (modules do not see C(inventory_hostname); pass it).
     type: str
     default: this host
+  replica:
+    description:
+      - The multi-node replica the inventory puts this host in (P(inkling.fleet.replica_of#filter) with
+        P(inkling.fleet.replica_with_gpus#filter)), or null when it serves alone.
+      - A multi-node entry (C(nodes_per_replica) > 1) is selected only when one host cannot hold the
+        model and the host is in a replica; then every member must be present with GPU facts and
+        identical to the head (GPU model, GPU count, driver), and their number must be the entry's
+        C(nodes_per_replica). Hosts that hold the model alone must not be grouped.
+    type: dict
+    suboptions:
+      name:
+        description: The replica's name (C(inkling_replica)).
+        type: str
+        required: true
+      members:
+        description: Its hosts, the head first.
+        type: list
+        elements: str
+        required: true
+      head:
+        description: The head (the first member).
+        type: str
+      head_address:
+        description: The address the members reach the head on.
+        type: str
+      port:
+        description: The head's rendezvous port.
+        type: int
+      gpus:
+        description: Member -> its GPU facts in this run (null when it has none).
+        type: dict
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -211,6 +245,14 @@ def main():
             schema_version=dict(type='int', required=True),
             overrides=dict(type='dict', default={}),
             host=dict(type='str', default='this host'),
+            replica=dict(type='dict', options=dict(
+                name=dict(type='str', required=True),
+                members=dict(type='list', elements='str', required=True),
+                head=dict(type='str'),
+                head_address=dict(type='str'),
+                port=dict(type='int'),
+                gpus=dict(type='dict'),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -218,7 +260,8 @@ def main():
     try:
         variant, reasons = select_variant(
             params['gpu'], params['model'], params['tensor_parallel_size'], params['table'],
-            overrides=params['overrides'], host=params['host'], schema_version=params['schema_version'])
+            overrides=params['overrides'], host=params['host'], schema_version=params['schema_version'],
+            replica=params['replica'])
     except VariantRefused as exc:
         module.fail_json(msg=str(exc), reasons=exc.reasons, refusals=exc.refusals)
     except VariantTableError as exc:

@@ -133,6 +133,20 @@ options:
     description: Xid events logged earlier than this many seconds after boot are not reported (a GPU reset since).
     type: float
     default: 0
+  replica_rdma_dir:
+    description:
+      - For a member of a multi-node replica (O(variant) carries C(replica)), where the RDMA devices are listed
+        (check C(replica.fabric)). A worker also probes its head's rendezvous port (check C(replica.rendezvous)).
+    type: path
+    default: /sys/class/infiniband
+  replica_rdma_required:
+    description: Without RDMA devices, C(replica.fabric) fails (true) or only warns (false).
+    type: bool
+    default: true
+  replica_probe_timeout_s:
+    description: Seconds a worker waits for its head's rendezvous port to answer.
+    type: float
+    default: 3
 notes:
   - Supports check mode.
 seealso:
@@ -209,6 +223,21 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inkling.fleet.plugins.module_utils import gpu_health as gh
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
+from ansible_collections.inkling.fleet.plugins.module_utils import replica as rep
+
+
+def replica_checks(p):
+    """For a member of a multi-node replica: the rendezvous port and the RDMA devices."""
+    replica = (p['variant'] or {}).get('replica')
+    if not replica:
+        return []
+    outcome = None
+    if replica.get('role') != 'head':
+        outcome = rep.probe(replica['head_address'], int(replica['port']), p['replica_probe_timeout_s'])
+    path = p['replica_rdma_dir']
+    devices = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    return [rep.rendezvous_check(p['host'], replica, outcome, pc.result),
+            rep.rdma_check(replica, devices, path, p['replica_rdma_required'], pc.result)]
 
 
 def main():
@@ -237,6 +266,9 @@ def main():
             service_label_disable=dict(type='bool', default=True),
             xid_ignore=dict(type='list', elements='int', default=[]),
             xid_since_s=dict(type='float', default=0),
+            replica_rdma_dir=dict(type='path', default='/sys/class/infiniband'),
+            replica_rdma_required=dict(type='bool', default=True),
+            replica_probe_timeout_s=dict(type='float', default=3),
         ),
         supports_check_mode=True,
     )
@@ -256,7 +288,7 @@ def main():
         variant_refusals=p['variant_refusals'], nvml_library_version=p['nvml_library_version'],
         podman_cdi_versions=p['podman_cdi_versions'], service_label_disable=p['service_label_disable'],
         extra_checks=gh.health_checks(p['gpu'], p['host_facts'], p['xid_ignore'], p['xid_since_s'],
-                                      p['fabricmanager_unit']),
+                                      p['fabricmanager_unit']) + replica_checks(p),
         nvlink5_remedy=gh.nvlink5_fabric_remedy(p['gpu'], p['host_facts'], p['fabricmanager_unit']))
     module.exit_json(changed=False, summary=pc.summary(report), report=report)
 

@@ -213,7 +213,11 @@ def test_gpu_memory_short_is_reported_once_with_its_own_remedy():
                                   'total; thinkingmachines/Inkling-NVFP4 (entry sm90-patched) needs at least '
                                   '2000000 MiB (1953.1 GiB)')
     memory = [f for f in rep['failures'] if f['check'] == 'gpu.memory'][0]
-    assert memory['remedy'] == 'use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model'
+    # The table has a multi-node entry for the model (sm90-h100-2node): the remedy names it too.
+    assert memory['remedy'] == ('use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model; '
+                                'or group 2 identical hosts into a replica (host variable inkling_replica: <name> '
+                                'on each; docs/variants.md, "Multi-node replicas"): entry sm90-h100-2node serves '
+                                'thinkingmachines/Inkling-NVFP4 across 2 such hosts')
     assert msgs['variant'] == 'no variant selected: blocked by gpu.memory (reported there)'
 
 

@@ -50,13 +50,13 @@ EXPECTED = {
     'pending': {'staged', 'stage_failed', 'not_reached'},
     'staged': {'unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
                'trial_failed', 'draining'},
-    'draining': {'drain_failed', 'restarting'},
+    'draining': {'drain_failed', 'restarting', 'replica_held'},
     'restarting': {'serving_new', 'rolling_back'},
     'serving_new': {'done', 'undrain_failed'},
     'rolling_back': {'rolled_back', 'rollback_failed', 'removed'},
 }
 EXPECTED_FAILED = {'excluded', 'stage_failed', 'unit_refused', 'recheck_failed', 'trial_failed', 'drain_failed',
-                   'undrain_failed', 'rolled_back', 'rollback_failed', 'removed', 'interrupted'}
+                   'undrain_failed', 'rolled_back', 'rollback_failed', 'removed', 'interrupted', 'replica_held'}
 
 ALL_PHASES = sorted(set(r.TERMINAL) | set(itertools.chain(*EXPECTED.values())) | set(p for p in EXPECTED if p))
 

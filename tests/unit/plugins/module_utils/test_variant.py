@@ -365,7 +365,10 @@ def test_memory_refusal_has_its_own_check_and_no_overrides_advice(table):
     assert refs[0]['message'] == ('the 8 GPU(s) of the tensor parallel group have 652472 MiB (637.2 GiB) in total; '
                                   'thinkingmachines/Inkling-NVFP4 (entry sm90-patched) needs at least 666624 MiB '
                                   '(651.0 GiB)')
-    assert refs[0]['remedy'] == 'use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model'
+    assert refs[0]['remedy'] == ('use GPUs with more memory (for example 8x H200 or 8x B200), or a smaller model; '
+                                 'or group 2 identical hosts into a replica (host variable inkling_replica: <name> on '
+                                 'each; docs/variants.md, "Multi-node replicas"): entry sm90-h100-2node serves '
+                                 'thinkingmachines/Inkling-NVFP4 across 2 such hosts')
 
 
 def test_table_reasons_stay_with_the_variant_check(table):

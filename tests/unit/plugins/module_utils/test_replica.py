@@ -1,0 +1,205 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Replicas from the inventory and restart batches of whole replicas (module_utils/replica.py),
+and the journal's replica accounting (module_utils/rollout.py)."""
+
+import pytest
+
+from ansible_collections.inkling.fleet.plugins.filter import replica as flt
+from ansible_collections.inkling.fleet.plugins.module_utils import replica as rep
+from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
+
+ORDER = ['s1', 'h100-a', 's2', 'h100-b', 's3', 'h100-c', 'h100-d']
+
+
+def inventory(**extra):
+    hv = dict((h, {}) for h in ORDER)
+    hv['h100-a'] = {'inkling_replica': 'r1', 'ansible_host': '10.0.0.1'}
+    hv['h100-b'] = {'inkling_replica': 'r1', 'ansible_host': '10.0.0.2'}
+    hv['h100-c'] = {'inkling_replica': 'r2', 'inkling_replica_port': 31000}
+    hv['h100-d'] = {'inkling_replica': 'r2', 'inkling_replica_role': 'head', 'inkling_replica_port': 31000}
+    for host, values in extra.items():
+        hv[host].update(values)
+    return hv
+
+
+def test_replicas_follow_the_inventory_and_the_head_role():
+    found = rep.replicas(ORDER, inventory())
+    assert found['r1'] == {'name': 'r1', 'members': ['h100-a', 'h100-b'], 'head': 'h100-a',
+                           'head_address': '10.0.0.1', 'port': 29550}
+    assert found['r2']['members'] == ['h100-d', 'h100-c'] and found['r2']['head_address'] == 'h100-d'
+    assert found['r2']['port'] == 31000
+    assert rep.replica_of('s1', ORDER, inventory()) is None
+    assert rep.replica_of('h100-b', ORDER, inventory())['name'] == 'r1'
+
+
+def test_an_explicit_address_wins():
+    found = rep.replicas(ORDER, inventory(**{'h100-a': {'inkling_replica_address': '192.168.7.1'}}))
+    assert found['r1']['head_address'] == '192.168.7.1'
+
+
+def test_inconsistent_replicas_are_refused_with_every_problem():
+    hv = inventory(**{'h100-c': {'inkling_replica_role': 'head', 'inkling_replica_port': 29550},
+                      'h100-a': {'inkling_replica_role': 'boss'}})
+    with pytest.raises(rep.ReplicaError) as err:
+        rep.replicas(ORDER, hv)
+    text = str(err.value)
+    assert "h100-a: inkling_replica_role is 'boss'" in text
+    assert 'replica r2 has 2 heads (h100-c, h100-d)' in text
+    assert 'replica r2: its members set inkling_replica_port to 29550, 31000' in text
+
+
+REPLICAS = {'h100-a': 'r1', 'h100-b': 'r1', 'h100-c': 'r2', 'h100-d': 'r2'}
+
+
+@pytest.mark.parametrize('serial, order, sizes', [
+    (1, ['s1', 'h100-a', 'h100-b', 's2', 's3', 'h100-c', 'h100-d'], [1, 2, 1, 1, 2]),
+    ([1, '50%'], ['s1', 'h100-a', 'h100-b', 's2', 's3', 'h100-c', 'h100-d'], [1, 3, 3]),
+    (['100%'], ['s1', 'h100-a', 'h100-b', 's2', 's3', 'h100-c', 'h100-d'], [7]),
+    ([2, 1], ['s1', 'h100-a', 'h100-b', 's2', 's3', 'h100-c', 'h100-d'], [3, 1, 1, 2]),
+])
+def test_batches_count_replicas_and_never_split_one(serial, order, sizes):
+    got_order, got_sizes = rep.batches(ORDER, REPLICAS, serial)
+    assert (got_order, got_sizes) == (order, sizes)
+    # Every batch holds whole replicas.
+    position = 0
+    for size in got_sizes:
+        batch = got_order[position:position + size]
+        position += size
+        for name in set(REPLICAS.get(h) for h in batch) - {None}:
+            assert set(h for h, r in REPLICAS.items() if r == name) <= set(batch)
+
+
+def test_batches_put_the_head_first():
+    order, _sizes = rep.batches(ORDER, REPLICAS, 1, heads={'r2': 'h100-d'})
+    assert order.index('h100-d') == order.index('h100-c') - 1
+
+
+def contract(host, name=None, members=None):
+    entry = {'name': 'sm90-h100-2node' if name else 'sm90-patched'}
+    if name:
+        entry['replica'] = {'name': name, 'members': members, 'head': members[0]}
+    return {'host': host, 'variant': entry['name'], 'entry': entry, 'image': 'x', 'image_digest': None,
+            'revision': 'main', 'served_model_name': 'inkling', 'vllm_args': [], 'env': {}}
+
+
+def outcomes(failed=()):
+    out = {'s1': {'contract': contract('s1')}}
+    for host in ('h100-a', 'h100-b'):
+        out[host] = {'contract': contract(host, 'r1', ['h100-a', 'h100-b'])}
+    for host in failed:
+        out[host] = {'failed': '%s: disk full' % host}
+    return out
+
+
+def test_a_member_failing_preflight_sets_the_whole_replica_aside_and_counts_once():
+    journal, _a, _n = engine.open_run(None, outcomes(failed=['h100-b']), 'run1', 't0', max_failed=1)
+    assert journal['hosts']['h100-a']['phase'] == 'excluded'
+    assert 'replica r1 (h100-a, h100-b) is set aside as a whole: h100-b' in journal['hosts']['h100-a']['message']
+    assert journal['hosts']['s1']['phase'] == 'pending'
+    assert engine.failed_units(journal) == ['replica:r1']
+    assert not journal['halted']      # two failed hosts, one failed replica: within a budget of 1
+
+
+def test_members_that_both_fail_count_as_their_inventory_replica():
+    out = outcomes(failed=['h100-a', 'h100-b'])
+    out['h100-a']['replica'] = out['h100-b']['replica'] = 'r1'
+    journal, _a, _n = engine.open_run(None, out, 'run1', 't0', max_failed=1)
+    assert engine.failed_units(journal) == ['replica:r1'] and not journal['halted']
+
+
+def test_the_budget_counts_replicas_and_lists_their_hosts():
+    journal, _a, _n = engine.open_run(None, outcomes(failed=['h100-b']), 'run1', 't0', max_failed=0)
+    assert journal['halt_reason'] == '1 replica(s) failed (replica r1 (h100-a, h100-b)), over the fleet-wide budget of 0'
+
+
+def test_min_healthy_counts_replicas():
+    journal, _a, _n = engine.open_run(None, outcomes(), 'run1', 't0', min_healthy=3)
+    assert journal['halt_reason'].startswith('only 2 of 2 replicas passed preflight (none failed); '
+                                             'rollout_min_healthy_hosts is 3 (it counts replicas')
+
+
+def test_the_report_names_each_hosts_replica():
+    journal, _a, _n = engine.open_run(None, outcomes(), 'run1', 't0')
+    for host in ('s1', 'h100-a', 'h100-b'):
+        engine.record(journal, host, 'staged', 't1')
+        engine.record(journal, host, 'unchanged', 't2')
+    journal = engine.close_run(journal, 't3')
+    lines = engine.summary_lines(journal)
+    assert any(line.startswith('h100-b (replica r1): unchanged') for line in lines)
+    assert any(line.startswith('s1: unchanged') for line in lines)
+    assert '| h100-a (replica r1) |' in engine.render_markdown(journal)
+
+
+# --- preflight: rendezvous and fabric ------------------------------------------------------
+
+from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc  # noqa: E402
+
+WORKER = {'name': 'r1', 'role': 'worker', 'head': 'h100-a', 'head_address': '127.0.0.1', 'port': 0}
+
+
+def test_probe_tells_refused_from_open():
+    import socket
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    assert rep.probe('127.0.0.1', port, 1) == 'refused'      # bound, not listening
+    sock.listen(1)
+    assert rep.probe('127.0.0.1', port, 1) == 'open'
+    sock.close()
+    assert rep.probe('no-such-host.invalid', port, 1) == 'unresolved'
+
+
+@pytest.mark.parametrize('outcome, ok', [('open', True), ('refused', True), ('timeout', False),
+                                         ('unresolved', False), ('unreachable', False)])
+def test_the_rendezvous_check_on_a_worker(outcome, ok):
+    res = rep.rendezvous_check('h100-b', dict(WORKER, port=29550), outcome, pc.result)
+    assert res['check'] == 'replica.rendezvous' and res['ok'] is ok
+    if not ok:
+        assert 'open TCP port 29550 from h100-b to h100-a' in res['remedy']
+
+
+def test_the_fabric_check_fails_or_warns_without_rdma():
+    assert rep.rdma_check(WORKER, ['mlx5_0', 'mlx5_1'], '/sys/class/infiniband', True, pc.result)['ok']
+    failed = rep.rdma_check(WORKER, [], '/sys/class/infiniband', True, pc.result)
+    assert not failed['ok'] and failed['level'] == 'error' and 'ibv_devices' in failed['remedy']
+    assert rep.rdma_check(WORKER, [], '/x', False, pc.result)['level'] == 'warning'
+
+
+# --- the replica's gate (rollout) -------------------------------------------------------
+
+MEMBERS = ['h100-a', 'h100-b']
+
+
+def gate_results(gate=None, state='ActiveState=active\nNRestarts=0', baseline='0'):
+    return {'h100-a': {'gate': gate if gate is not None else {'failed': False}},
+            'h100-b': {'state': state, 'baseline': baseline}}
+
+
+def test_a_replica_passes_when_the_head_passed_and_the_worker_stayed_up():
+    assert rep.gate_problems(MEMBERS, gate_results()) == []
+
+
+@pytest.mark.parametrize('results, problem', [
+    (gate_results(gate={'failed': True, 'msg': 'never answered /health'}),
+     'the head h100-a failed its gate: never answered /health'),
+    (gate_results(state='ActiveState=activating\nNRestarts=2'), 'the worker h100-b is activating'),
+    (gate_results(state='ActiveState=active\nNRestarts=3', baseline='1'),
+     'the worker h100-b restarted 2 time(s) since its restart (it crashed)'),
+    ({'h100-a': {'gate': {'failed': False}}}, 'the worker h100-b did not get as far as its restart'),
+    ({'h100-b': {'state': 'ActiveState=active\nNRestarts=0'}}, 'the head h100-a did not reach its gate'),
+])
+def test_any_member_failing_fails_the_replica(results, problem):
+    assert rep.gate_problems(MEMBERS, results) == [problem]
+
+
+def test_the_filters_read_the_plan_and_the_contracts_from_hostvars():
+    entry = {'replica': {'name': 'r1', 'head': 'h100-b'}}
+    hostvars = {'s1': {'rollout_deployment': {'entry': {}}},
+                'h100-a': {'rollout_deployment': {'entry': entry}},
+                'h100-b': {'rollout_deployment': {'entry': entry}}}
+    plan = flt.replica_batches(['h100-a', 's1', 'h100-b'], hostvars, 1)
+    assert plan == {'hosts': ['h100-b', 'h100-a', 's1'], 'serial': [2, 1]}
+    hostvars['s1']['rollout_batch_plan'] = plan
+    assert flt.rollout_plan(['h100-a', 's1'], hostvars, 'serial', [9]) == [2, 1]
+    assert flt.rollout_plan(['h100-a'], hostvars, 'hosts', 'inkling_fleet') == 'inkling_fleet'
