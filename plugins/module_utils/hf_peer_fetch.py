@@ -24,6 +24,18 @@ CACHE_MODULE = 'inkling-hf'
 RUN_MODULE = 'inkling-hf-run'
 LIST_LINE = re.compile(r'^-\S*\s+([\d,.]+)\s+\S+\s+\S+\s+(\S+)$')
 READ_CHUNK = 4 * 1024 * 1024
+# A transfer that brings no byte for switch_after_s + this is stopped here: rsync's own --timeout did not
+# end a --files-from transfer whose source host vanished mid-blob (bench, 2026-12-01: stuck for 761 s).
+STALL_GRACE_S = 5
+
+
+def stalled(last, t):
+    """True when the last byte came more than t + STALL_GRACE_S seconds ago."""
+    return time.time() - last > t + STALL_GRACE_S
+
+
+def stall_detail(t):
+    return 'no data for %d s (the source host may be gone); rsync stopped' % (t + STALL_GRACE_S)
 
 
 def err_line(err):
@@ -124,9 +136,21 @@ class Sources(object):
         return rc == 0
 
 
+def stop_rsync(proc):
+    """Stop an rsync that still runs (TERM, then KILL after 10 s)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def receive(src, name, folder, rdir, entry, prog):
     """Copy one blob from name into blobs/ETAG.incomplete, hashing it while it arrives, and move it into
-    place when its size and hash are the hub's. Returns (ok, kind, detail): kind 'rsync' or 'hash'."""
+    place when its size and hash are the hub's. Returns (ok, kind, detail): kind 'missing', 'rsync', 'hash' or
+    'stalled' (no byte for switch_after_s + STALL_GRACE_S: rsync stopped)."""
     part = hc.incomplete_path(rdir, entry.etag)
     if os.path.lexists(part):
         os.unlink(part)
@@ -139,6 +163,7 @@ def receive(src, name, folder, rdir, entry, prog):
     seen = 0
     proc = hf_peer_daemon.start_rsync(argv, src.env)
     handle = None
+    last, stuck = time.time(), False
     try:
         while True:
             ended = proc.poll() is not None
@@ -148,16 +173,28 @@ def receive(src, name, folder, rdir, entry, prog):
             if data:
                 hasher.update(data)
                 seen += len(data)
+                last = time.time()
                 continue
             if ended:
                 break
+            if stalled(last, t):
+                stuck = True
+                break
             time.sleep(0.02)
-        err = (proc.stderr.read() or '').strip()[-400:]
+        if stuck:
+            stop_rsync(proc)
+            err = stall_detail(t)
+        else:
+            err = (proc.stderr.read() or '').strip()[-400:]
     finally:
         if handle is not None:
             handle.close()
         with prog.lock:
             prog.current = None
+    if stuck:
+        if os.path.lexists(part):
+            os.unlink(part)
+        return False, 'stalled', err
     if proc.returncode != 0:
         if os.path.lexists(part):
             os.unlink(part)
@@ -255,8 +292,9 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
     called. The first blob with another size or hash ends the batch (rsync is stopped).
 
     Returns ``(got, kind, detail, entry)``: the number of blobs moved in; kind None (the transfer ended well),
-    ``'missing'`` (the source held none of them), ``'rsync'`` (the transfer failed; detail says why) or ``'hash'``
-    (entry was served with another content; detail says what)."""
+    ``'missing'`` (the source held none of them), ``'rsync'`` (the transfer failed; detail says why), ``'stalled'``
+    (no byte for switch_after_s + STALL_GRACE_S, rsync stopped) or ``'hash'`` (entry was served with another
+    content; detail says what)."""
     clear_inbox(rdir)
     inbox = inbox_dir(rdir)
     os.makedirs(inbox)
@@ -270,6 +308,7 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
             src.url(name, CACHE_MODULE, '%s/blobs/' % folder), inbox + '/']
     arriving = {}
     got, bad = 0, None
+    last, stuck = time.time(), False
     with open(errfile, 'w+') as err:
         proc = hf_peer_daemon.start_rsync(argv, src.env, stderr=err)
         try:
@@ -307,18 +346,17 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
                     on_verified(entry)
                 if bad is not None or (ended and not moved):
                     break
-                if not moved:
+                if moved:
+                    last = time.time()
+                elif stalled(last, t):
+                    stuck = True
+                    break
+                else:
                     time.sleep(0.02)
         finally:
             for a in arriving.values():
                 a.close()
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_rsync(proc)
             with prog.lock:
                 prog.current = None
             clear_inbox(rdir)
@@ -329,6 +367,8 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
             os.unlink(path)
     if bad is not None:
         return got, 'hash', bad[1], bad[0]
+    if stuck:
+        return got, 'stalled', stall_detail(t), None
     if proc.returncode == 0:
         return got, None, None, None
     # 23: some of the names are not there (the source lacks them yet); the others came

@@ -459,6 +459,8 @@ def run(module):
             if kind == 'hash':
                 result['rejected'].append('%s: %s: %s' % (cur, bad.path, detail))
                 src.drop(cur, 'it served %s with another content than the hub (%s)' % (bad.path, detail))
+            elif kind == 'stalled':
+                src.drop(cur, 'its transfer stalled: %s' % detail)
             elif kind is not None:
                 attempts[cur] = attempts.get(cur, 0) + 1
                 with prog.lock:

@@ -518,3 +518,28 @@ def test_the_role_removes_the_inbox_of_a_job_killed_during_a_batch():
     templar = Templar(loader=DataLoader(), variables=variables)
     leftovers = [templar.template(trust_as_template(x)) for x in role_vars['__hf_cache_peer_leftovers']]
     assert pf.inbox_dir(hc.repo_dir('/srv/hub', REPO_ID)) in leftovers, leftovers
+
+
+def test_a_batch_whose_source_stops_sending_is_stopped_and_the_source_dropped(tmp_path, source):
+    """The bench's killed relay (2026-12-01): the source host vanished mid-batch and rsync, despite --timeout,
+    waited 761 s. Here the first batch connection brings nothing for 60 s (an rsync that only sleeps): the copy
+    stops it after switch_after_s + STALL_GRACE_S, drops that source and takes everything from the next one."""
+    real = shutil.which('rsync')
+    shim = tmp_path / 'shim'
+    shim.mkdir()
+    first = tmp_path / 'first-batch-done'
+    (shim / 'rsync').write_text(
+        '#!/bin/sh\ncase "$*" in *--files-from=*) if [ ! -e %s ]; then : > %s; exec sleep 60; fi;; esac\nexec %s "$@"\n'
+        % (first, first, real))
+    os.chmod(str(shim / 'rsync'), 0o755)
+    env = {'PATH': '%s:%s' % (shim, os.environ['PATH'])}
+    peers = P(('root', '127.0.0.1'), ('a', '127.0.0.1'), ('b', DEAD))
+    assert hf_fanout.relay_sources('b', peers[0], ['root']) == ['a', 'root']
+    t0 = time.time()
+    rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), peers, ['root'], host='b', env=env, switch_after_s=2)
+    took = time.time() - t0
+    assert rc == 0, res
+    assert first.exists()
+    assert res['holder'] is True and res['source'] == 'root' and res['failed_sources'] == ['a'], res
+    assert [e for e in res['copy_errors'] if 'stalled' in e and 'no data for 7 s' in e], res['copy_errors']
+    assert took < 40, took
