@@ -216,7 +216,7 @@ def main(argv=None):
     parser.add_argument('--libdir', default='/usr/lib/x86_64-linux-gnu')
     parser.add_argument('--stale-driver', default='570.133.20')
     parser.add_argument('--registry', default='lab-registry:5000')
-    parser.add_argument('--ca', help='the lab CA certificate (left out when not given)')
+    parser.add_argument('--ca', help='the lab CA certificate (left out when not given or empty)')
     parser.add_argument('--out', required=True, help='the archive to write (rewritten only when it differs)')
     args = parser.parse_args(argv)
     try:
