@@ -68,7 +68,7 @@ prepare() {
   marker=$LAB_STATE/prepared
   ids=$(podman container inspect --format '{{.Id}}' "${LAB_HOSTS[@]}" 2>/dev/null | tr '\n' ' ') || true
   while IFS= read -r -d '' f; do files+=("$f"); done < <(
-    find "$lab_dir/playbooks" "$lab_dir/nvidia-smi" "$lab_dir/gpu-host" "$LAB_INVENTORY" \
+    find "$lab_dir/playbooks" "$lab_dir/nvidia-smi" "$lab_dir/gpu-host" "$lab_dir/scripts/host-tree.py" "$LAB_INVENTORY" \
       -type f -not -name '*.pyc' -not -name generated.yml -print0 2>/dev/null | sort -z)
   want=$(file_sha "${files[@]}" "$LAB_STATE/pki/ca.crt"; echo "$ids")
   if [ "$force" != 1 ] && [ "$(cat "$marker" 2>/dev/null)" = "$want" ]; then
