@@ -65,9 +65,27 @@ def progress_line(progress, stall_timeout_s=None, progress_file=None):
     return msg
 
 
-def next_delay(now, start, next_line, interval_s, timeout_s, poll_s):
-    """Seconds to sleep before the next poll: at most poll_s, and never past the next line or the end."""
+# Near its end (its progress says fewer seconds left than poll_s) a job is polled every ENDGAME_POLL_S instead
+# (when poll_s is longer): its end is seen within about a second, not within poll_s, for a few polls more.
+ENDGAME_POLL_S = 1.0
+
+
+def next_delay(now, start, next_line, interval_s, timeout_s, poll_s, eta_s=None):
+    """Seconds to sleep before the next poll: at most poll_s (ENDGAME_POLL_S once the job's eta_s is below
+    poll_s), and never past the next line or the end."""
+    if eta_s is not None and eta_s < poll_s:
+        poll_s = min(poll_s, max(ENDGAME_POLL_S, eta_s))
     return max(0.0, min(poll_s, next_line - now, start + timeout_s - now))
+
+
+def eta(progress):
+    """The seconds a running job's progress says are left (None when unknown)."""
+    if not progress or progress.get('state') != 'running' or progress.get('eta_s') is None:
+        return None
+    try:
+        return float(progress['eta_s'])
+    except (TypeError, ValueError):
+        return None
 
 
 def follow(poll, sleep, clock, interval_s, timeout_s, show=None, host='this host', stall_timeout_s=None,
@@ -76,7 +94,8 @@ def follow(poll, sleep, clock, interval_s, timeout_s, show=None, host='this host
 
     ``poll()`` returns ``(progress, job)``: the progress file's content (None before the job wrote
     it) and ``job_status()`` of the async status file (None when that file is missing). The job is
-    polled every ``poll_s`` seconds (so its end is seen within poll_s); one line per round, every
+    polled every ``poll_s`` seconds (so its end is seen within poll_s), every ENDGAME_POLL_S once its progress
+    says fewer seconds are left than poll_s; one line per round, every
     ``interval_s`` seconds, goes to ``show`` as ``HOST: PROGRESS``, and a last one when the job ends.
 
     Returns ``{'rounds', 'polls', 'waited_s', 'finished', 'timed_out', 'progress', 'job', 'msg',
@@ -120,4 +139,4 @@ def follow(poll, sleep, clock, interval_s, timeout_s, show=None, host='this host
         if now >= next_line:
             line(text)
             next_line = next_line + interval_s if next_line + interval_s > now else now + interval_s
-        sleep(next_delay(now, start, next_line, interval_s, timeout_s, poll_s))
+        sleep(next_delay(now, start, next_line, interval_s, timeout_s, poll_s, eta(progress)))

@@ -22,7 +22,8 @@ description:
     task file including itself (ansible-core 2.19 stopped such a file after 246 rounds with C(maximum recursion
     depth exceeded)).'
   - The job is polled every O(poll_s) seconds (every O(interval_s) when that is shorter), so its end is seen within
-    O(poll_s) whatever O(interval_s) is. Each poll is one command on the host (through C(become) when the play
+    O(poll_s) whatever O(interval_s) is; once its progress file says fewer seconds are left than O(poll_s), every
+    second (its end is then seen within about a second, for a few polls more). Each poll is one command on the host (through C(become) when the play
     uses it), so a poll every second for hours would fill the host's auth log; keep O(poll_s) at a few seconds.
   - Fails when the job failed (with the job's own message, unless O(fail_on_job_failure=false)), when the
     wait ran out of time, or when the job's async status file is gone.

@@ -131,3 +131,21 @@ def test_next_delay_never_sleeps_past_the_line_or_the_end():
     assert hf_wait.next_delay(99.5, 0, 120, 30, 100, 1.0) == 0.5
     assert hf_wait.next_delay(10, 0, 40, 30, 100, 1.0) == 1.0
     assert hf_wait.next_delay(10, 0, 5, 30, 100, 1.0) == 0.0
+
+
+def test_a_job_near_its_end_is_polled_every_second():
+    """The end of a job whose progress says it has less than poll_s left is seen within a second."""
+    assert hf_wait.next_delay(10, 0, 40, 30, 100, 5.0, eta_s=3) == 3.0
+    assert hf_wait.next_delay(10, 0, 40, 30, 100, 5.0, eta_s=0) == hf_wait.ENDGAME_POLL_S == 1.0
+    assert hf_wait.next_delay(10, 0, 40, 30, 100, 5.0, eta_s=60) == 5.0
+    assert hf_wait.next_delay(10, 0, 40, 30, 100, 0.5, eta_s=0) == 0.5      # never slower than poll_s
+    assert hf_wait.eta({'state': 'running', 'eta_s': 4}) == 4.0
+    assert hf_wait.eta({'state': 'running', 'eta_s': None}) is None and hf_wait.eta({'state': 'done', 'eta_s': 0}) is None
+    clock = Clock()
+
+    def poll():     # all bytes there at 1020 (eta 0), the job ends (links, manifest, marker) at 1021.5
+        if clock() >= 1021.5:
+            return progress(1000, 'done'), {'finished': True}
+        return progress(min(1000, int((clock() - 1000) * 50))), dict(RUNNING)
+    out = hf_wait.follow(poll, clock.sleep, clock, 300, 3600, poll_s=5.0)
+    assert out['finished'] and clock() - 1021.5 < 1.01, clock()   # seen within a second (5 s polls: at 1025)
