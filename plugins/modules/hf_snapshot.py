@@ -434,9 +434,9 @@ def run_plan(module, pre):
         how = how or 'manifest'
     elif p['local_only']:
         finish(module, dict(changed=False, complete=False, revision=commit, requested_revision=p['revision'],
-                         resolved_from=how, repo_id=p['repo_id'], repo_dir=rdir, problems=[], download=[],
-                         download_bytes=None, path=os.path.join(rdir, 'snapshots', commit) if commit else None,
-                         msg='no verified snapshot of %s@%s here' % (p['repo_id'], p['revision'])), pre)
+                            resolved_from=how, repo_id=p['repo_id'], repo_dir=rdir, problems=[], download=[],
+                            download_bytes=None, path=os.path.join(rdir, 'snapshots', commit) if commit else None,
+                            msg='no verified snapshot of %s@%s here' % (p['repo_id'], p['revision'])), pre)
     else:
         commit, entries = hub_metadata(module, p['repo_id'], commit or p['revision'])
         how = how or 'hub'
