@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import threading
 import time
 
@@ -653,6 +654,72 @@ def parse_mode(mode):
         raise HfCacheError('mode %r is not an octal string' % (mode,))
 
 
+def ensure_directory(path, uid=None, gid=None, mode=None, check_mode=False):
+    """Make ``path`` a directory with this owner, group and mode, as ansible.builtin.file state=directory does.
+
+    Missing directories (the parents too) are created and each one created gets uid, gid and mode; an
+    existing one gets them where they differ. None keeps the current value (a new directory: this
+    process's owner and the umask's mode). Symbolic links are followed. In check mode nothing changes.
+    Returns ``(changes, before, after)``: what changed or would change (``['created']``, or a subset of
+    ``owner``, ``group``, ``mode``, in that order) and the path's state before and after
+    (``path``, ``state``: absent or directory, and for a directory ``owner``, ``group`` (numeric ids)
+    and ``mode`` (an octal string)), as the file module's diff shows them.
+    Raises HfCacheError when the path or one of its parents is not a directory.
+    """
+    def state(st):
+        return {'path': path, 'state': 'directory', 'owner': st.st_uid, 'group': st.st_gid,
+                'mode': '%04o' % (st.st_mode & 0o7777)}
+
+    path = os.path.abspath(path)
+    missing = []
+    probe = path
+    while not os.path.exists(probe):
+        missing.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise HfCacheError('%s is not a directory (it is in the way of %s)' % (probe, path))
+    if missing:
+        umask = os.umask(0)
+        os.umask(umask)
+        before = {'path': path, 'state': 'absent'}
+        after = {'path': path, 'state': 'directory',
+                 'owner': os.geteuid() if uid is None else uid, 'group': os.getegid() if gid is None else gid,
+                 'mode': '%04o' % ((0o777 & ~umask) if mode is None else mode)}
+        changes = ['created']
+        if not check_mode:
+            for d in reversed(missing):
+                os.mkdir(d)
+                if uid is not None or gid is not None:
+                    os.chown(d, -1 if uid is None else uid, -1 if gid is None else gid)
+                if mode is not None:
+                    os.chmod(d, mode)
+            after = state(os.stat(path))
+        return changes, before, after
+    st = os.stat(path)
+    before = state(st)
+    after = dict(before)
+    changes = []
+    if uid is not None and st.st_uid != uid:
+        changes.append('owner')
+        after['owner'] = uid
+    if gid is not None and st.st_gid != gid:
+        changes.append('group')
+        after['group'] = gid
+    if mode is not None and (st.st_mode & 0o7777) != mode:
+        changes.append('mode')
+        after['mode'] = '%04o' % mode
+    if changes and not check_mode:
+        if 'owner' in changes or 'group' in changes:
+            os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+        if 'mode' in changes:
+            os.chmod(path, mode)
+        after = state(os.stat(path))
+    return changes, before, after
+
+
 def commit_snapshot(rdir, repo_id, commit, requested, entries, stats, allow_patterns, ignore_patterns, uid, gid, file_mode,
                     old_manifest=None):
     """Record a snapshot whose files were verified: refs, ownership and modes, the manifest, and the
@@ -681,6 +748,36 @@ def commit_snapshot(rdir, repo_id, commit, requested, entries, stats, allow_patt
             if (os.stat(fp).st_mode & 0o777) != 0o644:
                 os.chmod(fp, 0o644)
     return changed
+
+
+# --------------------------------------------------------------------------
+# this host's address (source=peer)
+# --------------------------------------------------------------------------
+
+ROUTE_PROBE = '8.8.8.8'
+
+
+def default_route_address(probe=ROUTE_PROBE, socket_factory=None):
+    """The IPv4 source address of this host's route to ``probe``: with the default route, the address
+    Ansible's fact ``ansible_default_ipv4.address`` holds (it reads ``ip -4 route get 8.8.8.8``).
+
+    Connecting a UDP socket only picks the route and the source address: no packet is sent and the
+    probe need not be reachable. '' when there is no route (no default route) or no source address.
+    ``socket_factory`` (tests) replaces ``socket.socket``.
+    """
+    factory = socket_factory or socket.socket
+    try:
+        sock = factory(socket.AF_INET, socket.SOCK_DGRAM)
+    except (IOError, OSError):
+        return ''
+    try:
+        sock.connect((probe, 53))
+        address = sock.getsockname()[0]
+    except (IOError, OSError):
+        return ''
+    finally:
+        sock.close()
+    return '' if address in (None, '', '0.0.0.0') else address
 
 
 # --------------------------------------------------------------------------

@@ -32,6 +32,10 @@ description:
   - In check mode nothing is written or removed; the result tells what would be downloaded or repaired.
   - O(phase=plan) needs C(huggingface_hub) on the host only when the hub must be asked (first staging,
     changed patterns, O(refresh_revision=true)); run it with the staging virtual environment's python.
+  - With O(create_cache_dir), O(cache_dir) is first created or given its owner, group and mode, as
+    M(ansible.builtin.file) with C(state=directory) does, so that a host needs no separate task for it.
+  - With O(report_address=true) the result also carries this host's IPv4 address on its default route
+    (RV(address)), so that a host needs no fact gathering for it.
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
@@ -103,12 +107,41 @@ options:
     description: File mode (octal string) for blobs and refs; directories get x where r is set.
     type: str
     default: '0644'
+  create_cache_dir:
+    description:
+      - Before anything else, make O(cache_dir) a directory with these attributes, as M(ansible.builtin.file)
+        with C(state=directory) does. Missing directories (its parents too) are created and each gets them;
+        an existing one gets them where they differ. Symbolic links are followed.
+      - The task reports changed only when a directory was created or the owner, group or mode changed
+        (RV(cache_dir_changes)); in check mode nothing is changed and the result tells what would be; with
+        C(--diff) the diff shows the directory's C(state), C(owner), C(group) (numeric ids) and C(mode)
+        before and after.
+      - Omitted, O(cache_dir) is not touched (a missing one is looked into as an empty cache).
+    type: dict
+    suboptions:
+      owner:
+        description: Owner (name or uid). Unchanged (a new directory, this process's user) when omitted.
+        type: str
+      group:
+        description: Group (name or gid). Unchanged (a new directory, this process's group) when omitted.
+        type: str
+      mode:
+        description: Mode, an octal string such as V('0755'). Unchanged (a new directory, 0777 less the umask) when omitted.
+        type: str
+  report_address:
+    description:
+      - Also return RV(address), this host's IPv4 source address on its default route (what the fact
+        C(ansible_default_ipv4.address) holds), found by connecting a UDP socket (no packet is sent, the
+        network need not be reachable).
+    type: bool
+    default: false
 notes:
-  - Supports check mode.
+  - Supports check mode and diff mode (the diff covers O(create_cache_dir)).
   - The manifest C(.inkling/COMMIT.json) and marker C(.inkling/COMMIT.complete) live inside the
     repository folder; C(huggingface_hub) ignores them.
 seealso:
   - module: inkling.fleet.hf_download
+  - module: ansible.builtin.file
   - module: inkling.fleet.hf_progress
 '''
 
@@ -134,6 +167,22 @@ EXAMPLES = r'''
     owner: root
     group: inkling
     mode: '0640'
+
+- name: Create the cache directory and check what this host holds, without asking the hub
+  inkling.fleet.hf_snapshot:
+    phase: plan
+    local_only: true
+    repo_id: thinkingmachines/Inkling-NVFP4
+    revision: main
+    cache_dir: /var/lib/inkling/huggingface/hub
+    create_cache_dir:
+      owner: root
+      group: root
+      mode: '0755'
+    report_address: true
+  vars:
+    ansible_python_interpreter: /opt/inkling-fleet/venv/bin/python
+  register: held
 '''
 
 RETURN = r'''
@@ -208,6 +257,21 @@ hashed_files:
   description: Number of blobs whose content was hashed by this task.
   returned: success
   type: int
+cache_dir_changes:
+  description:
+    - What O(create_cache_dir) changed on O(cache_dir) (in check mode, would change), V(created) or some of
+      V(owner), V(group), V(mode); empty when nothing or when O(create_cache_dir) is omitted.
+  returned: success
+  type: list
+  elements: str
+  sample: [mode]
+address:
+  description:
+    - This host's IPv4 source address on its default route; an empty string when the host has no default
+      route.
+  returned: O(report_address=true)
+  type: str
+  sample: 10.88.0.12
 '''
 
 import os
@@ -304,6 +368,43 @@ def base_result(p, rdir, commit, how, entries):
     }
 
 
+def prepare(module):
+    """What runs before either phase: create_cache_dir and report_address. Returns the result keys."""
+    p = module.params
+    out = {'changed': False, 'cache_dir_changes': []}
+    want = p['create_cache_dir']
+    if want is not None:
+        try:
+            uid, gid = hc.resolve_owner(want['owner'], want['group'])
+            mode = None if want['mode'] in (None, '') else hc.parse_mode(want['mode'])
+        except hc.HfCacheError as exc:
+            module.fail_json(msg='%s: create_cache_dir: %s. Remedy: check hf_cache_owner, hf_cache_group and '
+                                 'hf_cache_mode.' % (host_name(), exc))
+        try:
+            changes, before, after = hc.ensure_directory(p['cache_dir'], uid, gid, mode, module.check_mode)
+        except hc.HfCacheError as exc:
+            module.fail_json(msg='%s: cannot create the hub cache directory: %s. Remedy: remove or move what is '
+                                 'there, or point hf_cache_dir elsewhere.' % (host_name(), exc))
+        out['cache_dir_changes'] = changes
+        out['changed'] = bool(changes)
+        if module._diff:
+            out['diff'] = {'before': before, 'after': after,
+                           'before_header': p['cache_dir'], 'after_header': p['cache_dir']}
+    if p['report_address']:
+        out['address'] = hc.default_route_address()
+    return out
+
+
+def finish(module, res, pre):
+    """exit_json with the results of prepare() merged in."""
+    res = dict(res)
+    for key, value in pre.items():
+        if key != 'changed':
+            res[key] = value
+    res['changed'] = bool(res.get('changed')) or pre['changed']
+    module.exit_json(**res)
+
+
 def own_manifest(p, rdir, commit):
     """Our verified manifest for commit when its file set matches the requested patterns."""
     man = hc.load_manifest(rdir, commit)
@@ -312,7 +413,7 @@ def own_manifest(p, rdir, commit):
     return None
 
 
-def run_plan(module):
+def run_plan(module, pre):
     p = module.params
     rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
     commit, how = resolve(module, rdir)
@@ -332,10 +433,10 @@ def run_plan(module):
         entries = hc.filter_entries(hc.manifest_entries(shipped), p['allow_patterns'], p['ignore_patterns'])
         how = how or 'manifest'
     elif p['local_only']:
-        module.exit_json(changed=False, complete=False, revision=commit, requested_revision=p['revision'],
-                         resolved_from=how, repo_id=p['repo_id'], repo_dir=rdir, problems=[], download=[],
-                         download_bytes=None, path=os.path.join(rdir, 'snapshots', commit) if commit else None,
-                         msg='no verified snapshot of %s@%s here' % (p['repo_id'], p['revision']))
+        finish(module, dict(changed=False, complete=False, revision=commit, requested_revision=p['revision'],
+                            resolved_from=how, repo_id=p['repo_id'], repo_dir=rdir, problems=[], download=[],
+                            download_bytes=None, path=os.path.join(rdir, 'snapshots', commit) if commit else None,
+                            msg='no verified snapshot of %s@%s here' % (p['repo_id'], p['revision'])), pre)
     else:
         commit, entries = hub_metadata(module, p['repo_id'], commit or p['revision'])
         how = how or 'hub'
@@ -404,10 +505,10 @@ def run_plan(module):
                   '%s@%s (%s): %d of %d files to download (%s), %d problems' % (
                       p['repo_id'], commit[:12], how, n, len(entries), hc.human_bytes(res['download_bytes']),
                       len(problems)))
-    module.exit_json(**res)
+    finish(module, res, pre)
 
 
-def run_finalize(module):
+def run_finalize(module, pre):
     p = module.params
     rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
     commit, how = resolve(module, rdir)
@@ -466,7 +567,7 @@ def run_finalize(module):
     if module.check_mode:
         res['changed'] = changed or not man
         res['complete'] = bool(man) and not changed
-        module.exit_json(**res)
+        finish(module, res, pre)
 
     uid, gid = uid_gid(module)
     try:
@@ -481,7 +582,7 @@ def run_finalize(module):
     res['complete'] = True
     res['msg'] = '%s@%s verified: %d files, %s' % (
         p['repo_id'], commit[:12], len(entries), hc.human_bytes(res['bytes_total']))
-    module.exit_json(**res)
+    finish(module, res, pre)
 
 
 def main():
@@ -503,15 +604,22 @@ def main():
             owner=dict(type='str'),
             group=dict(type='str'),
             mode=dict(type='str', default='0644'),
+            create_cache_dir=dict(type='dict', options=dict(
+                owner=dict(type='str'),
+                group=dict(type='str'),
+                mode=dict(type='str'),
+            )),
+            report_address=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
     try:
         hc.repo_folder_name(module.params['repo_id'])
+        pre = prepare(module)
         if module.params['phase'] == 'plan':
-            run_plan(module)
+            run_plan(module, pre)
         else:
-            run_finalize(module)
+            run_finalize(module, pre)
     except hc.HfCacheError as exc:
         module.fail_json(msg='%s: %s' % (host_name(), exc))
     except (IOError, OSError) as exc:

@@ -63,10 +63,24 @@ def test_few_tasks_run_a_module_on_the_hosts_before_the_copies_start():
     tasks = flat('stage_peer.yml')
     mods = [module(t) for t in tasks]
     before = [m for m in mods[:mods.index('inkling.fleet.hf_peer_copy')] if m not in LOCAL]
-    # setup (only without facts), the seeds' plan (an include), the daemon (with the reset of a killed run's
-    # leftovers), the seeds' download start
-    assert before == ['ansible.builtin.setup', 'ansible.builtin.include_tasks', 'inkling.fleet.hf_peer_serve',
+    # the seeds' plan (an include), the daemon (with the reset of a killed run's leftovers), the seeds' download
+    # start; no fact gathering: the address comes from check.yml's module run
+    assert before == ['ansible.builtin.include_tasks', 'inkling.fleet.hf_peer_serve',
                       'inkling.fleet.hf_download'], before
+
+
+def test_one_module_run_checks_the_held_snapshot_creates_the_cache_dir_and_finds_the_address():
+    tasks = flat('check.yml')
+    on_hosts = [t for t in tasks if module(t) not in LOCAL]
+    assert [module(t) for t in on_hosts] == ['inkling.fleet.hf_snapshot'], tasks
+    check = on_hosts[0]
+    args = check['inkling.fleet.hf_snapshot']
+    assert args['local_only'] is True and set(args['create_cache_dir']) == {'owner', 'group', 'mode'}
+    assert args['report_address'] == "{{ hf_cache_source == 'peer' }}"
+    assert 'changed_when' not in check  # a created directory or a changed mode shows as changed
+    with open(os.path.join(TASKS, 'stage_peer.yml')) as f:
+        text = f.read()
+    assert "ansible_default_ipv4.address | default(__hf_cache_local.address" in text
 
 
 def test_the_daemons_are_stopped_and_a_killed_runs_leftovers_ended_on_every_host():

@@ -5,8 +5,13 @@
 import hashlib
 import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
+
+from inkling_test_helpers import COLLECTIONS, ON_CI, needs_program
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 
@@ -293,3 +298,129 @@ def test_progress_message_of_a_peer_copy():
         'waiting for gpu-01 to hold a verified snapshot (')
     assert hc.progress_message({'state': 'failed', 'source': 'gpu-01', 'bytes_total': 0,
                                 'error': 'gpu-02: no peer could serve'}) == '[failed]: gpu-02: no peer could serve'
+
+
+def mode_of(path):
+    return os.stat(path).st_mode & 0o7777
+
+
+def owner_mode(path):
+    st = os.stat(path)
+    return st.st_uid, st.st_gid, st.st_mode & 0o7777
+
+
+def test_ensure_directory_creates_parents_with_owner_and_mode(tmp_path):
+    path = str(tmp_path / 'var' / 'lib' / 'hub')
+    top = owner_mode(str(tmp_path))
+    # check mode: nothing is created, the answer says what would be
+    changes, before, after = hc.ensure_directory(path, 4242, 4343, 0o750, check_mode=True)
+    assert changes == ['created'] and not os.path.exists(str(tmp_path / 'var'))
+    assert before == {'path': path, 'state': 'absent'}
+    assert after == {'path': path, 'state': 'directory', 'owner': 4242, 'group': 4343, 'mode': '0750'}
+    changes, before, after = hc.ensure_directory(path, 4242, 4343, 0o750)
+    assert changes == ['created'] and before['state'] == 'absent'
+    assert after == {'path': path, 'state': 'directory', 'owner': 4242, 'group': 4343, 'mode': '0750'}
+    for p in (str(tmp_path / 'var'), str(tmp_path / 'var' / 'lib'), path):  # as the file module: every new one
+        st = os.stat(p)
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (4242, 4343, 0o750), p
+    assert owner_mode(str(tmp_path)) == top  # the existing parent is left as it was
+    assert hc.ensure_directory(path, 4242, 4343, 0o750) == ([], after, after)
+
+
+def test_ensure_directory_fixes_owner_group_and_mode_alone(tmp_path):
+    path = str(tmp_path / 'hub')
+    os.mkdir(path)
+    os.chmod(path, 0o700)
+    st = os.stat(path)
+    # None keeps what is there
+    assert hc.ensure_directory(path, None, None, None)[0] == []
+    changes, before, after = hc.ensure_directory(path, st.st_uid, 4343, 0o755, check_mode=True)
+    assert changes == ['group', 'mode'] and mode_of(path) == 0o700 and os.stat(path).st_gid == st.st_gid
+    assert before['mode'] == '0700' and after['mode'] == '0755' and after['group'] == 4343
+    assert after['owner'] == before['owner'] == st.st_uid
+    changes, before, after = hc.ensure_directory(path, 4242, 4343, 0o755)
+    assert changes == ['owner', 'group', 'mode']
+    assert (os.stat(path).st_uid, os.stat(path).st_gid, mode_of(path)) == (4242, 4343, 0o755)
+    assert after == {'path': path, 'state': 'directory', 'owner': 4242, 'group': 4343, 'mode': '0755'}
+    assert hc.ensure_directory(path, 4242, 4343, 0o755)[0] == []
+    os.chmod(path, 0o775)
+    assert hc.ensure_directory(path, 4242, 4343, 0o755)[0] == ['mode'] and mode_of(path) == 0o755
+
+
+def test_ensure_directory_follows_a_link_and_refuses_a_file(tmp_path):
+    real = tmp_path / 'real'
+    real.mkdir()
+    os.chmod(str(real), 0o700)
+    os.symlink(str(real), str(tmp_path / 'link'))
+    assert hc.ensure_directory(str(tmp_path / 'link'), None, None, 0o755)[0] == ['mode']
+    assert mode_of(str(real)) == 0o755 and os.path.islink(str(tmp_path / 'link'))
+    (tmp_path / 'file').write_text('x')
+    for path in (str(tmp_path / 'file'), str(tmp_path / 'file' / 'hub')):
+        with pytest.raises(hc.HfCacheError, match='file is not a directory'):
+            hc.ensure_directory(path, None, None, 0o755)
+    assert (tmp_path / 'file').read_text() == 'x'
+
+
+class FakeSocket(object):
+    def __init__(self, fail=None, address='10.1.2.3'):
+        self.fail, self.address, self.connected, self.closed = fail, address, None, False
+
+    def connect(self, where):
+        if self.fail:
+            raise self.fail
+        self.connected = where
+
+    def getsockname(self):
+        return (self.address, 40000)
+
+    def close(self):
+        self.closed = True
+
+
+def test_default_route_address_is_the_route_source_address():
+    made = []
+
+    def factory(family, kind):
+        made.append((family, kind, FakeSocket()))
+        return made[-1][2]
+
+    assert hc.default_route_address(socket_factory=factory) == '10.1.2.3'
+    family, kind, sock = made[0]
+    assert (family, kind) == (socket.AF_INET, socket.SOCK_DGRAM)  # IPv4, UDP: connect sends nothing
+    assert sock.connected == ('8.8.8.8', 53) and sock.closed
+
+
+@pytest.mark.parametrize('fake', [FakeSocket(fail=OSError(101, 'Network is unreachable')), FakeSocket(address='0.0.0.0')])
+def test_default_route_address_without_a_route_is_empty(fake):
+    assert hc.default_route_address(socket_factory=lambda *_a: fake) == ''
+    assert fake.closed
+
+
+def route_get_src():
+    """What Ansible's ansible_default_ipv4.address reads: 'src' of `ip -4 route get 8.8.8.8`."""
+    proc = subprocess.run(['ip', '-4', 'route', 'get', ROUTE_PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False)
+    words = proc.stdout.split()
+    return words[words.index('src') + 1] if proc.returncode == 0 and 'src' in words else ''
+
+
+ROUTE_PROBE = '8.8.8.8'
+
+
+@needs_program('ip')
+def test_default_route_address_matches_ip_route_get():
+    assert hc.default_route_address() == route_get_src()
+
+
+@needs_program('unshare')
+def test_default_route_address_in_a_namespace_without_routes_is_empty():
+    # a fresh network namespace has only a loopback that is down: no route at all
+    probe = subprocess.run(['unshare', '-n', 'true'], check=False)
+    if probe.returncode != 0 and not ON_CI:
+        pytest.skip('unshare -n needs root')
+    code = ('import sys; sys.path.insert(0, %r); '
+            'from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc; '
+            'print(repr(hc.default_route_address()))' % COLLECTIONS)
+    proc = subprocess.run(['unshare', '-n', sys.executable, '-c', code], stdout=subprocess.PIPE,
+                          universal_newlines=True, check=True)
+    assert proc.stdout.strip() == "''"

@@ -179,3 +179,51 @@ def test_unknown_revision_names_host_and_remedy(tmp_path, hub):
     rc, res = snap(tmp_path, hub, str(tmp_path / 'c'), revision='no-such-branch')
     assert rc == 1
     assert "revision 'no-such-branch' not found in %s" % REPO_ID in res['msg'] and 'Remedy' in res['msg']
+
+
+def test_local_check_creates_the_cache_dir_and_reports_the_address(tmp_path, hub):
+    """check.yml's one module run: the cache directory (file module semantics), the check, the address."""
+    cache = str(tmp_path / 'srv' / 'cache')
+    own = {'owner': '4242', 'group': '4343', 'mode': '0750'}
+    args = dict(local_only=True, create_cache_dir=own, report_address=True, _ansible_diff=True)
+    rc, res = snap(tmp_path, hub, cache, check_mode=True, **args)
+    assert rc == 0, res
+    assert res['changed'] is True and res['cache_dir_changes'] == ['created'] and not os.path.exists(cache)
+    assert res['diff']['before'] == {'path': cache, 'state': 'absent'}
+    assert res['diff']['after'] == {'path': cache, 'state': 'directory', 'owner': 4242, 'group': 4343, 'mode': '0750'}
+    assert res['address'] == hc.default_route_address() and res['complete'] is False
+    rc, res = snap(tmp_path, hub, cache, **args)
+    assert rc == 0 and res['changed'] is True and res['cache_dir_changes'] == ['created']
+    st = os.stat(cache)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (4242, 4343, 0o750)
+    rc, res = snap(tmp_path, hub, cache, **args)
+    assert rc == 0 and res['changed'] is False and res['cache_dir_changes'] == []
+    assert res['diff']['before'] == res['diff']['after']
+    # staged: the directory is left alone, the check finds the snapshot complete
+    stage(tmp_path, hub, cache)
+    rc, res = snap(tmp_path, hub, cache, **args)
+    assert rc == 0 and res['changed'] is False and res['complete'] is True and res['hashed_files'] == 0
+    os.chmod(cache, 0o700)
+    rc, res = snap(tmp_path, hub, cache, check_mode=True, **args)
+    assert rc == 0 and res['changed'] is True and res['cache_dir_changes'] == ['mode'] and res['complete'] is True
+    assert (res['diff']['before']['mode'], res['diff']['after']['mode']) == ('0700', '0750')
+    assert os.stat(cache).st_mode & 0o7777 == 0o700
+    rc, res = snap(tmp_path, hub, cache, **args)
+    assert rc == 0 and res['changed'] is True and res['cache_dir_changes'] == ['mode']
+    assert os.stat(cache).st_mode & 0o7777 == 0o750
+    # without the options: nothing about the directory or the address
+    rc, res = snap(tmp_path, hub, cache, local_only=True)
+    assert rc == 0 and res['cache_dir_changes'] == [] and 'address' not in res and 'diff' not in res
+
+
+def test_cache_dir_in_the_way_or_unknown_owner_fails_before_anything_changes(tmp_path, hub):
+    (tmp_path / 'srv').write_text('not a directory')
+    rc, res = snap(tmp_path, hub, str(tmp_path / 'srv' / 'cache'), local_only=True, create_cache_dir={'mode': '0755'})
+    assert rc == 1
+    assert 'cannot create the hub cache directory: %s is not a directory' % (tmp_path / 'srv') in res['msg']
+    assert 'Remedy' in res['msg']
+    cache = str(tmp_path / 'cache')
+    rc, res = snap(tmp_path, hub, cache, local_only=True, create_cache_dir={'owner': 'no-such-user-x'})
+    assert rc == 1 and 'no-such-user-x' in res['msg'] and 'Remedy' in res['msg'] and not os.path.exists(cache)
+    rc, res = snap(tmp_path, hub, cache, local_only=True, create_cache_dir={'mode': 'rwx'})
+    assert rc == 1 and "'rwx' is not an octal string" in res['msg'] and not os.path.exists(cache)
