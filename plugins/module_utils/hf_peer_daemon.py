@@ -4,8 +4,8 @@
 """What a killed run of the hf_cache peer fan-out left on a host (its copy job, its rsync daemon, their
 files), ended: used by the modules hf_peer_reset and hf_peer_serve (which ends them before it starts this
 run's daemon, in the same task). The daemon's hold script (``HOLD_SCRIPT``, written by hf_peer_serve): a request
-for blobs none of which this host holds yet is held until one of them is verified here, for a bounded time, so
-that a receiver that keeps pace gets each blob the moment it is verified here, without polling. And the rsync client of hf_peer_copy, started without waiting for it: the
+for one blob that this host does not hold yet is held until it does, for a bounded time, so that a receiver one
+blob behind gets it the moment it is verified here, without polling. And the rsync client of hf_peer_copy, started without waiting for it: the
 copy hashes the file rsync writes while rsync runs (AnsibleModule.run_command returns only at its end)."""
 
 from __future__ import absolute_import, division, print_function
@@ -23,13 +23,12 @@ JOB_MARK = 'hf_peer_copy'
 
 # The daemon's ``pre-xfer exec`` (rsyncd.conf of the hf_cache role), run by rsync as root, outside the chroot,
 # after the client authenticated and before the transfer, with the client's request in RSYNC_REQUEST
-# (MODULE/PATH, several separated by spaces when the client names several files) and the module's directory in
-# RSYNC_MODULE_PATH. A request for blobs (models--ORG--NAME/blobs/HEX each) none of which is there yet is held
-# until one of them appears under its final name (which a blob gets once verified) or HOLD seconds passed
-# (argv[1]); anything else passes at once. It always exits 0: rsync then serves the blobs there and answers that
-# the others are missing (exit 23), which the receiver reads as "not yet". Standalone (the collection is not on
-# the host); written next to the daemon's configuration.
-HOLD_SCRIPT = r'''# inkling.fleet hf_cache: hold a request for blobs this host does not hold yet (see hf_peer_daemon.py)
+# (MODULE/PATH) and the module's directory in RSYNC_MODULE_PATH. A request for one blob
+# (models--ORG--NAME/blobs/HEX) that is not there yet is held until the blob appears under its final name
+# (which it gets once verified) or HOLD seconds passed (argv[1]); anything else passes at once. It always
+# exits 0: rsync then serves the blob, or answers that it is missing (exit 23), which the receiver reads as
+# "not yet". Standalone (the collection is not on the host); written next to the daemon's configuration.
+HOLD_SCRIPT = r'''# inkling.fleet hf_cache: hold a request for a blob this host does not hold yet (see hf_peer_daemon.py)
 import os
 import re
 import sys
@@ -39,17 +38,14 @@ try:
     hold = min(max(float(sys.argv[1]), 0.0), 60.0)
 except (IndexError, ValueError):
     hold = 0.0
+request = os.environ.get('RSYNC_REQUEST', '')
 root = os.environ.get('RSYNC_MODULE_PATH', '')
-paths = []
-for request in os.environ.get('RSYNC_REQUEST', '').split():
-    m = re.match(r'^[^/]+/+(models--[A-Za-z0-9._-]+/blobs/[0-9a-f]{40,64})$', request)
-    if not m or not root or not os.path.isdir(os.path.join(root, os.path.dirname(m.group(1)))):
-        paths = []
-        break
-    paths.append(os.path.join(root, m.group(1)))
-end = time.time() + hold
-while paths and not [p for p in paths if os.path.exists(p)] and time.time() < end:
-    time.sleep(0.02)
+m = re.match(r'^[^/]+/+(models--[A-Za-z0-9._-]+/blobs/[0-9a-f]{40,64})$', request)
+if m and root and os.path.isdir(os.path.join(root, os.path.dirname(m.group(1)))):
+    path = os.path.join(root, m.group(1))
+    end = time.time() + hold
+    while not os.path.exists(path) and time.time() < end:
+        time.sleep(0.02)
 sys.exit(0)
 '''
 

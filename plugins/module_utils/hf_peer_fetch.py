@@ -290,32 +290,31 @@ def verdict(entry, seen, digest):
 
 
 def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
-    """Copy every blob of entries that name holds in ONE rsync connection (one source argument per blob: a
-    blob the source lacks is skipped, rsync exits 23; the source's daemon holds the request until it holds one), into the inbox under the state directory. Each blob is
+    """Copy every blob of entries that name holds in ONE rsync connection (``--files-from`` the blob names: a
+    blob the source lacks is skipped, rsync exits 23), into the inbox under the state directory. Each blob is
     hashed while rsync writes it (its temporary file ``.ETAG.XXXXXX``, then its final name, which rsync gives it
     once the blob is complete and closed); a complete blob whose size and hash are the hub's is moved at once to
     ``blobs/ETAG`` (so this host relays it while the rest of the batch arrives) and ``on_verified(entry)`` is
     called. The first blob with another size or hash ends the batch (rsync is stopped).
 
-    Returns ``(got, kind, detail, entry, first_s)``: the number of blobs moved in; kind None (the transfer ended well),
+    Returns ``(got, kind, detail, entry)``: the number of blobs moved in; kind None (the transfer ended well),
     ``'missing'`` (the source held none of them), ``'rsync'`` (the transfer failed; detail says why), ``'stalled'``
     (no byte for switch_after_s + STALL_GRACE_S, rsync stopped) or ``'hash'`` (entry was served with another
-    content; detail says what); first_s the seconds until the first byte came (None when none came), mostly the
-    source's daemon holding the request until it held one of the blobs."""
+    content; detail says what)."""
     clear_inbox(rdir)
     inbox = inbox_dir(rdir)
     os.makedirs(inbox)
     pending = dict((e.etag, e) for e in entries)
+    names = os.path.join(hc.state_dir(rdir), 'incoming.files')
     errfile = os.path.join(hc.state_dir(rdir), 'incoming.err')
+    with open(names, 'w') as f:
+        f.write(''.join('%s\n' % etag for etag in sorted(pending)))
     t = src.p['switch_after_s']
-    # one source argument per blob: the source's daemon sees them all in its request, and holds it until it
-    # holds one of them (its hold script)
-    argv = ['rsync', '--whole-file', '--contimeout=%d' % t, '--timeout=%d' % t] + [
-        src.url(name, CACHE_MODULE, '%s/blobs/%s' % (folder, e.etag)) for e in entries] + [inbox + '/']
+    argv = ['rsync', '--whole-file', '--files-from=%s' % names, '--contimeout=%d' % t, '--timeout=%d' % t,
+            src.url(name, CACHE_MODULE, '%s/blobs/' % folder), inbox + '/']
     arriving = {}
     got, bad = 0, None
     last, stuck = time.time(), False
-    started, first = last, None
     with open(errfile, 'w+') as err:
         proc = hf_peer_daemon.start_rsync(argv, src.env, stderr=err)
         try:
@@ -355,8 +354,6 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
                     break
                 if moved:
                     last = time.time()
-                    if first is None:
-                        first = last - started
                 elif stalled(last, t):
                     stuck = True
                     break
@@ -371,15 +368,16 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
             clear_inbox(rdir)
             err.seek(0)
             said = err.read().strip()[-4000:]
-    if os.path.exists(errfile):
-        os.unlink(errfile)
+    for path in (names, errfile):
+        if os.path.exists(path):
+            os.unlink(path)
     if bad is not None:
-        return got, 'hash', bad[1], bad[0], first
+        return got, 'hash', bad[1], bad[0]
     if stuck:
-        return got, 'stalled', stall_detail(t), None, first
+        return got, 'stalled', stall_detail(t), None
     if proc.returncode == 0:
-        return got, None, None, None, first
+        return got, None, None, None
     # 23: some of the names are not there (the source lacks them yet); the others came
     if proc.returncode == 23 and 'No such file' in said:
-        return got, None if got else 'missing', None, None, first
-    return got, 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(said)), None, first
+        return got, None if got else 'missing', None, None
+    return got, 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(said)), None

@@ -21,12 +21,10 @@ description:
     blob appears under its final name C(blobs/ETAG), which the host''s rsync daemon serves, only after its hash
     matched. N hosts finish in about one transfer time plus one file per hop, and the hub sends the snapshot once.'
   - 'When the source holds several blobs this host lacks (it fell behind, or started after its source), they come
-    in one rsync connection (one source argument per blob, into C(.inkling/incoming/)); each is hashed while it
+    in one rsync connection (C(--files-from) the blob names, into C(.inkling/incoming/)); each is hashed while it
     arrives and moved in as soon as it is complete and verified, while the rest of the batch arrives. Right after
-    blobs came the receiver asks for everything it still lacks the same way, and when the source holds none of them
-    yet, its daemon holds the request until it verified one (the hold script of M(inkling.fleet.hf_peer_serve)),
-    so a receiver that keeps pace gets each blob the moment it is verified there, without polling. A single blob
-    is taken alone into C(blobs/ETAG.incomplete).'
+    a blob came the receiver asks for everything it still lacks the same way. A single blob is taken alone into
+    C(blobs/ETAG.incomplete).'
   - 'Every byte is checked against O(files), the hub''s file list with sizes and hashes that the controller fetched
     from the hub (M(inkling.fleet.hf_hub_files)) and handed to every host: sha256 for LFS files, the git blob sha1
     for the small ones. Nothing a peer serves is trusted: a peer that serves a blob with another hash (a forged
@@ -410,8 +408,9 @@ def run(module):
         result['source'] = name
         result['sources'][name] = result['sources'].get(name, 0) + entry.size
 
-    # streak: the last transfer brought blobs, so the next one asks at once, without a listing
-    attempts, waiting, streak = {}, None, False
+    # streak: the last transfer brought blobs (or found that the source holds none of those left), so the next one
+    # asks at once, without a listing; batch: it brought several (this host is behind its source)
+    attempts, waiting, streak, batch = {}, None, False, False
     while need:
         dead, abort, why = src.control()
         cands = src.candidates(dead)
@@ -430,11 +429,12 @@ def run(module):
             src.use(cur)
             prog.extra['source'] = cur
         if streak:
-            # right after blobs came, ask at once for everything this host lacks, in one connection: rsync takes
-            # what the source holds and skips the rest, and when the source holds none of them yet its daemon
-            # holds the request until it verified one (its pre-xfer exec, hf_peer_daemon.HOLD_SCRIPT), so the
-            # transfer starts the moment it can, on a connection already open, without polling the listing
-            ready = list(need)
+            # right after blobs came, ask again at once. Behind the source (the last connection brought several):
+            # everything this host lacks in one connection (rsync takes what the source holds, skips the rest).
+            # One blob behind: the next blob alone, which the source's daemon holds until it verified it (its
+            # pre-xfer exec, hf_peer_daemon.HOLD_SCRIPT), so the transfer starts the moment it can, without
+            # polling the source's listing
+            ready = list(need) if batch else need[:1]
         else:
             listing = src.listing(cur, folder)
             if listing is None:
@@ -451,21 +451,24 @@ def run(module):
                 # one blob: one connection, written in place as blobs/ETAG.incomplete
                 ok, kind, detail, first = pf.receive(src, cur, folder, rdir, ready[0], prog)
                 got, bad = 0, ready[0]
+                if streak and not batch:
+                    # held by the source's daemon until it held the blob: waiting for the source, as the listing's
+                    # waits are (a blob that never came: the whole request)
+                    held = first if first is not None else time.time() - asked
+                    result['waited_s'] = round(result['waited_s'] + held, 1)
                 if ok:
                     got, bad = 1, None
                     verified(ready[0], cur)
             else:
                 # several: every one the source holds in one connection, each moved in once verified
-                got, kind, detail, bad, first = pf.receive_batch(src, cur, folder, rdir, ready, prog,
-                                                                 lambda e, c=cur: verified(e, c))
-            if streak:
-                # held by the source's daemon until it held a blob: waiting for the source, as the listing's waits
-                # are (nothing came: the whole request)
-                held = first if first is not None else time.time() - asked
-                result['waited_s'] = round(result['waited_s'] + held, 1)
-            streak = got > 0
+                got, kind, detail, bad = pf.receive_batch(src, cur, folder, rdir, ready, prog,
+                                                          lambda e, c=cur: verified(e, c))
+            # a batch that found none of them: the source is where this host is; hold for the next blob.
+            # A held blob that did not come in time: the listing decides (and the switch to another source)
+            streak = got > 0 or (kind == 'missing' and len(ready) > 1)
+            batch = got > 1
             if kind == 'missing':
-                continue                   # nothing came within the hold: the listing decides
+                continue
             if kind == 'hash':
                 result['rejected'].append('%s: %s: %s' % (cur, bad.path, detail))
                 src.drop(cur, 'it served %s with another content than the hub (%s)' % (bad.path, detail))

@@ -480,9 +480,8 @@ def rsync_log_shim(tmp_path):
 
     def calls():
         lines = log.read_text().splitlines() if log.exists() else []
-        # a batch names one source per blob (several rsync:// arguments)
-        return ([l for l in lines if l.count('rsync://') > 1],
-                [l for l in lines if '--list-only' not in l and l.count('rsync://') == 1])
+        return ([l for l in lines if '--files-from=' in l],
+                [l for l in lines if '--list-only' not in l and '--files-from=' not in l])
     return {'PATH': '%s:%s' % (shim, os.environ['PATH'])}, calls
 
 
@@ -582,7 +581,7 @@ def test_a_batch_whose_source_stops_sending_is_stopped_and_the_source_dropped(tm
     shim.mkdir()
     first = tmp_path / 'first-batch-done'
     (shim / 'rsync').write_text(
-        '#!/bin/sh\ncase "$*" in *rsync://*rsync://*) if [ ! -e %s ]; then : > %s; exec sleep 60; fi;; esac\nexec %s "$@"\n'
+        '#!/bin/sh\ncase "$*" in *--files-from=*) if [ ! -e %s ]; then : > %s; exec sleep 60; fi;; esac\nexec %s "$@"\n'
         % (first, first, real))
     os.chmod(str(shim / 'rsync'), 0o755)
     env = {'PATH': '%s:%s' % (shim, os.environ['PATH'])}
