@@ -454,8 +454,8 @@ def run(module):
                 if streak and not batch:
                     # held by the source's daemon until it held the blob: waiting for the source, as the listing's
                     # waits are (a blob that never came: the whole request)
-                    held = first if first is not None else time.time() - asked
-                    result['waited_s'] = round(result['waited_s'] + held, 1)
+                    result['waited_s'] = round(result['waited_s'] + (first if first is not None else
+                                                                      time.time() - asked), 1)
                 if ok:
                     got, bad = 1, None
                     verified(ready[0], cur)

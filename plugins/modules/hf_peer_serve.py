@@ -57,8 +57,8 @@ options:
     required: true
   hold_script:
     description:
-      - Where to write the daemon's hold script (the C(pre-xfer exec) that O(config) names), root only (0700).
-        A request for one blob this host does not hold yet is held until the blob is verified here, for at most
+      - Where to write the daemon's hold script (the C(pre-xfer exec) that O(config) names), root only (0700):
+        a request for one blob this host does not hold yet is held until the blob is verified here, for at most
         the seconds the configuration passes it, so that a receiver one blob behind gets it the moment it is
         verified, without polling. Removed with the configuration when the unit stops, when it is in O(rundir).
     type: path
