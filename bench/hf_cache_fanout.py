@@ -60,11 +60,10 @@ REPO_ID = 'inkling-bench/fanout-synthetic'
 CACHE_DIR = '/srv/bench/hub'
 # the relay's fixed costs per rsync connection of a receiver (connect, authenticate; a receiver behind its
 # source takes every blob the source holds in one), per file (the rename, the end of the hash) and per hop
-# (the source's daemon holds a receiver's request for the next blob: the hold script's 20 ms look and the
-# start of the transfer), measured on the lab: see bench/README.md
+# (half the receiver's 0.5 s poll and a listing), measured on the lab: see bench/README.md
 PER_CONNECTION_S = 0.15
 PER_FILE_S = 0.02
-PER_HOP_S = 0.1
+PER_HOP_S = 0.4
 # Ansible's part of the wall time that T1 does not pay: the peer path's module tasks on every host. Each task
 # waits for every host, and one task on N hosts costs this controller more than on one (the podman connection
 # runs several podman commands per module run). Calibrated per run of the bench: the same task (the version
@@ -385,7 +384,7 @@ def file_sizes(commit):
 def model(hosts, args, sizes, degree=None):
     """The schedule model for this snapshot, every link args.rate."""
     return hf_fanout.schedule(hosts, sizes, rate_bps(args.rate), degree=degree or args.degree,
-                              per_file_s=PER_FILE_S, per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S, held=True)
+                              per_file_s=PER_FILE_S, per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S)
 
 
 def report(results, hosts, args, files, total, bps, sizes):
@@ -427,7 +426,7 @@ def report(results, hosts, args, files, total, bps, sizes):
             for label, cost, conn in (('model', PER_FILE_S, PER_CONNECTION_S),
                                       ('model calibrated (%.2f s per file)' % per_file, per_file, 0.0)):
                 ready = hf_fanout.schedule(n, sizes, rate_bps(args.rate), degree=args.degree, per_file_s=cost,
-                                           per_hop_s=PER_HOP_S, per_connection_s=conn, held=True)['makespan_s']
+                                           per_hop_s=PER_HOP_S, per_connection_s=conn)['makespan_s']
                 rmed = statistics.median([x[1] for x in relays])
                 print('relay (the last receiver\'s job, started with the seed\'s download): runs %s, median %.0f s; '
                       '%s %.1f s, %.0f%% off %s' % (', '.join('%d' % x[1] for x in relays), rmed, label, ready,
@@ -449,7 +448,7 @@ def report(results, hosts, args, files, total, bps, sizes):
           % one['makespan_s'])
     for count in (8, 64, 256, 1024):
         best, preds = hf_fanout.best_degree(count, sizes, rate_bps(args.rate), per_file_s=PER_FILE_S,
-                                            per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S, held=True)
+                                            per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S)
         print('  %5d hosts: chain %.2f x, best degree %d: %.2f x'
               % (count, preds[1] / one['makespan_s'], best, preds[best] / one['makespan_s']))
     print('load: 1-minute load average of this machine (%d CPUs) when the run ended' % os.cpu_count())

@@ -140,7 +140,7 @@ def relay_sources(host, peers, roots, degree=1):
 
 
 def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0, per_hop_s=0.0, roots=1,
-             per_connection_s=0.0, held=False):
+             per_connection_s=0.0):
     """Predicted completion of a pipelined relay (store and forward per file), in seconds.
 
     ``hosts`` hosts (the roots included), the files' ``sizes`` in bytes in the order they are relayed,
@@ -152,10 +152,7 @@ def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0
     ``per_connection_s`` the fixed cost of one rsync connection of a receiver (connect, authenticate, file
     list): a receiver takes, in one connection, every file its parent holds when it asks (``hf_peer_copy``'s
     batch), so a receiver that fell behind its parent pays it once for all the files it catches up on, and one
-    that keeps up pays it once per file. With ``held`` (the parent's daemon holds a request for a file it does
-    not hold yet, ``hf_peer_daemon.HOLD_SCRIPT``), a receiver whose parent holds at most one file it lacks asks
-    for the next file alone at once: its connection is set up while the parent still receives that file, and the
-    transfer starts ``per_hop_s`` after the parent holds it (the hold's notice), or once the connection is up.
+    that keeps up pays it once per file.
 
     Returns ``{'host_s': [completion of each host, in relay order], 'makespan_s', 't1_s', 'ratio'}`` where
     ``t1_s`` is one host's transfer from the hub alone and ``ratio`` = makespan / t1. For F equal files on
@@ -185,13 +182,6 @@ def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0
         share = len(children.get(par, [])) or 1
         t, out, j = 0.0, [], 0
         while j < len(sizes):
-            if held and not (j + 1 < len(sizes) and done[par][j + 1] + per_hop_s <= t):
-                # at most the next file is there: ask for it alone at once, held until the parent holds it
-                start = max(t + per_connection_s, done[par][j] + per_hop_s)
-                t = start + sizes[j] * share / rate + per_file_s
-                out.append(t)
-                j += 1
-                continue
             start = max(t, done[par][j] + per_hop_s)
             # one connection: every file from j on the parent holds by then (it holds them in relay order)
             k = j + 1

@@ -145,30 +145,6 @@ def test_the_model_pays_a_connection_per_batch_not_per_file():
     assert abs(hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, per_connection_s=0.0)['makespan_s'] - 39.0) < 1e-9
 
 
-def test_the_model_of_a_held_request_sets_up_the_connection_while_the_parent_receives():
-    # the root gets a file every 2 s (a slower hub); the receiver relays each in 1 s. Asked at once and held by
-    # the parent's daemon, its 0.5 s connection overlaps the wait: the last file 1 s + the notice after the
-    # root's (without the hold: the connection after the root holds it, 1.5 s after)
-    held = hf_fanout.schedule(2, [10 ** 6] * 10, 8e6, hub_rate_bps=4e6, per_connection_s=0.5, per_hop_s=0.05,
-                              held=True)
-    assert abs(held['host_s'][1] - (20.0 + 0.05 + 1.0)) < 1e-9
-    plain = hf_fanout.schedule(2, [10 ** 6] * 10, 8e6, hub_rate_bps=4e6, per_connection_s=0.5, per_hop_s=0.05)
-    assert abs(plain['host_s'][1] - (20.0 + 0.05 + 1.5)) < 1e-9
-    # a chain of 8 behind a root that gets a file every 2 s: each hop one file time and the notice behind its
-    # parent (the connection always overlaps); at equal rates a receiver asks when its parent already holds the
-    # next file, so the hold cannot hide the connection, and the chain is never slower than without it
-    chain = hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, hub_rate_bps=4e6, per_connection_s=0.3, per_hop_s=0.05,
-                               held=True)
-    assert abs(chain['makespan_s'] - (64 + 7 * 1.05)) < 1e-9
-    equal = dict(per_connection_s=0.3, per_hop_s=0.05)
-    assert (hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, held=True, **equal)['makespan_s']
-            <= hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, **equal)['makespan_s'])
-    # behind its parent by several files (a fast hub), it still takes them in one connection
-    full = hf_fanout.schedule(2, [10 ** 6] * 10, 8e6, hub_rate_bps=8e15, per_connection_s=0.5, per_hop_s=0.1,
-                              held=True)
-    assert abs(full['host_s'][1] - (0.5 + 1.0 + 0.5 + 9.0)) < 1e-6
-
-
 def test_the_model_of_a_tree_shares_the_parent_link():
     # binary tree of 7 hosts, 1 file: each level halves the rate: 1 + 2 + 2 = 5 s
     pred = hf_fanout.schedule(7, [10 ** 6], 8e6, degree=2)
