@@ -3,9 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """What a killed run of the hf_cache peer fan-out left on a host (its copy job, its rsync daemon, their
 files), ended: used by the modules hf_peer_reset and hf_peer_serve (which ends them before it starts this
-run's daemon, in the same task). The daemon's hold script (``HOLD_SCRIPT``, written by hf_peer_serve): a request
-for one blob that this host does not hold yet is held until it does, for a bounded time, so that a receiver one
-blob behind gets it the moment it is verified here, without polling. And the rsync client of hf_peer_copy, started without waiting for it: the
+run's daemon, in the same task). And the rsync client of hf_peer_copy, started without waiting for it: the
 copy hashes the file rsync writes while rsync runs (AnsibleModule.run_command returns only at its end)."""
 
 from __future__ import absolute_import, division, print_function
@@ -20,45 +18,6 @@ import subprocess
 import time
 
 JOB_MARK = 'hf_peer_copy'
-
-# The daemon's ``pre-xfer exec`` (rsyncd.conf of the hf_cache role), run by rsync as root, outside the chroot,
-# after the client authenticated and before the transfer, with the client's request in RSYNC_REQUEST
-# (MODULE/PATH) and the module's directory in RSYNC_MODULE_PATH. A request for one blob
-# (models--ORG--NAME/blobs/HEX) that is not there yet is held until the blob appears under its final name
-# (which it gets once verified) or HOLD seconds passed (argv[1]); anything else passes at once. It always
-# exits 0: rsync then serves the blob, or answers that it is missing (exit 23), which the receiver reads as
-# "not yet". Standalone (the collection is not on the host); written next to the daemon's configuration.
-HOLD_SCRIPT = r'''# inkling.fleet hf_cache: hold a request for a blob this host does not hold yet (see hf_peer_daemon.py)
-import os
-import re
-import sys
-import time
-
-try:
-    hold = min(max(float(sys.argv[1]), 0.0), 60.0)
-except (IndexError, ValueError):
-    hold = 0.0
-request = os.environ.get('RSYNC_REQUEST', '')
-root = os.environ.get('RSYNC_MODULE_PATH', '')
-m = re.match(r'^[^/]+/+(models--[A-Za-z0-9._-]+/blobs/[0-9a-f]{40,64})$', request)
-if m and root and os.path.isdir(os.path.join(root, os.path.dirname(m.group(1)))):
-    path = os.path.join(root, m.group(1))
-    end = time.time() + hold
-    while not os.path.exists(path) and time.time() < end:
-        time.sleep(0.02)
-sys.exit(0)
-'''
-
-
-def write_hold_script(path):
-    """Write HOLD_SCRIPT to path (root only, 0700), replacing it atomically."""
-    tmp = path + '.tmp'
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-    with os.fdopen(fd, 'w') as f:
-        f.write(HOLD_SCRIPT)
-    os.rename(tmp, path)
 
 
 def start_rsync(argv, env, stderr=None):

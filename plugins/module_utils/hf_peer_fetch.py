@@ -149,10 +149,8 @@ def stop_rsync(proc):
 
 def receive(src, name, folder, rdir, entry, prog):
     """Copy one blob from name into blobs/ETAG.incomplete, hashing it while it arrives, and move it into
-    place when its size and hash are the hub's. Returns (ok, kind, detail, first_s): kind 'missing', 'rsync',
-    'hash' or 'stalled' (no byte for switch_after_s + STALL_GRACE_S: rsync stopped); first_s the seconds until the
-    first byte came (None when none came): the source's daemon holds a request for a blob it does not hold yet
-    until it verified it, so that is mostly waiting for the source."""
+    place when its size and hash are the hub's. Returns (ok, kind, detail): kind 'missing', 'rsync', 'hash' or
+    'stalled' (no byte for switch_after_s + STALL_GRACE_S: rsync stopped)."""
     part = hc.incomplete_path(rdir, entry.etag)
     if os.path.lexists(part):
         os.unlink(part)
@@ -166,7 +164,6 @@ def receive(src, name, folder, rdir, entry, prog):
     proc = hf_peer_daemon.start_rsync(argv, src.env)
     handle = None
     last, stuck = time.time(), False
-    started, first = last, None
     try:
         while True:
             ended = proc.poll() is not None
@@ -177,8 +174,6 @@ def receive(src, name, folder, rdir, entry, prog):
                 hasher.update(data)
                 seen += len(data)
                 last = time.time()
-                if first is None:
-                    first = last - started
                 continue
             if ended:
                 break
@@ -199,20 +194,19 @@ def receive(src, name, folder, rdir, entry, prog):
     if stuck:
         if os.path.lexists(part):
             os.unlink(part)
-        return False, 'stalled', err, first
+        return False, 'stalled', err
     if proc.returncode != 0:
         if os.path.lexists(part):
             os.unlink(part)
         # 23: the source does not hold it (yet)
-        return False, 'missing' if proc.returncode == 23 else 'rsync', 'rsync rc %d: %s' % (
-            proc.returncode, err_line(err)), first
+        return False, 'missing' if proc.returncode == 23 else 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(err))
     detail = verdict(entry, seen, hasher.hexdigest())
     if detail:
         os.unlink(part)
-        return False, 'hash', detail, first
+        return False, 'hash', detail
     os.chmod(part, 0o644)
     os.rename(part, hc.blob_path(rdir, entry.etag))
-    return True, None, None, first
+    return True, None, None
 
 
 def local_blobs(rdir, blobs):

@@ -408,9 +408,7 @@ def run(module):
         result['source'] = name
         result['sources'][name] = result['sources'].get(name, 0) + entry.size
 
-    # streak: the last transfer brought blobs (or found that the source holds none of those left), so the next one
-    # asks at once, without a listing; batch: it brought several (this host is behind its source)
-    attempts, waiting, streak, batch = {}, None, False, False
+    attempts, waiting, streak = {}, None, False
     while need:
         dead, abort, why = src.control()
         cands = src.candidates(dead)
@@ -429,12 +427,10 @@ def run(module):
             src.use(cur)
             prog.extra['source'] = cur
         if streak:
-            # right after blobs came, ask again at once. Behind the source (the last connection brought several):
-            # everything this host lacks in one connection (rsync takes what the source holds, skips the rest).
-            # One blob behind: the next blob alone, which the source's daemon holds until it verified it (its
-            # pre-xfer exec, hf_peer_daemon.HOLD_SCRIPT), so the transfer starts the moment it can, without
-            # polling the source's listing
-            ready = list(need) if batch else need[:1]
+            # right after a blob came, ask for what this host lacks straight away, in one connection (rsync takes
+            # the blobs the source holds and skips the others): a source that relays in the same order usually
+            # holds the next one by now, and one that is ahead (this host fell behind) hands over all it holds
+            ready = list(need)
         else:
             listing = src.listing(cur, folder)
             if listing is None:
@@ -446,16 +442,10 @@ def run(module):
                 result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
                 waiting = None
             result['connections'] += 1
-            asked = time.time()
             if len(ready) == 1:
                 # one blob: one connection, written in place as blobs/ETAG.incomplete
-                ok, kind, detail, first = pf.receive(src, cur, folder, rdir, ready[0], prog)
+                ok, kind, detail = pf.receive(src, cur, folder, rdir, ready[0], prog)
                 got, bad = 0, ready[0]
-                if streak and not batch:
-                    # held by the source's daemon until it held the blob: waiting for the source, as the listing's
-                    # waits are (a blob that never came: the whole request)
-                    result['waited_s'] = round(result['waited_s'] + (first if first is not None else
-                                                                      time.time() - asked), 1)
                 if ok:
                     got, bad = 1, None
                     verified(ready[0], cur)
@@ -463,12 +453,9 @@ def run(module):
                 # several: every one the source holds in one connection, each moved in once verified
                 got, kind, detail, bad = pf.receive_batch(src, cur, folder, rdir, ready, prog,
                                                           lambda e, c=cur: verified(e, c))
-            # a batch that found none of them: the source is where this host is; hold for the next blob.
-            # A held blob that did not come in time: the listing decides (and the switch to another source)
-            streak = got > 0 or (kind == 'missing' and len(ready) > 1)
-            batch = got > 1
+            streak = got > 0
             if kind == 'missing':
-                continue
+                continue                   # not there yet: the listing decides
             if kind == 'hash':
                 result['rejected'].append('%s: %s: %s' % (cur, bad.path, detail))
                 src.drop(cur, 'it served %s with another content than the hub (%s)' % (bad.path, detail))

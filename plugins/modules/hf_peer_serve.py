@@ -55,14 +55,6 @@ options:
     description: The copy jobs' runtime directory, which the daemon serves (module C(inkling-hf-run)).
     type: path
     required: true
-  hold_script:
-    description:
-      - Where to write the daemon's hold script (the C(pre-xfer exec) that O(config) names), root only (0700):
-        a request for one blob this host does not hold yet is held until the blob is verified here, for at most
-        the seconds the configuration passes it, so that a receiver one blob behind gets it the moment it is
-        verified, without polling. Removed with the configuration when the unit stops, when it is in O(rundir).
-    type: path
-    version_added: 0.3.0
   address:
     description: The address the daemon listens on (the one O(config) names); checked to be non-empty.
     type: str
@@ -92,7 +84,6 @@ EXAMPLES = r'''
     user: inkling-fleet
     secret: "{{ peer_secret }}"
     rundir: /run/inkling-hf-cache
-    hold_script: /run/inkling-hf-cache/hold-blob.py
     address: "{{ ansible_default_ipv4.address }}"
     pid_file: /run/inkling-hf-peer-copy.pid
 '''
@@ -137,7 +128,6 @@ def main():
             user=dict(type='str', required=True),
             secret=dict(type='str', required=True, no_log=True),
             rundir=dict(type='path', required=True),
-            hold_script=dict(type='path'),
             address=dict(type='str'),
             pid_file=dict(type='path'),
             remove=dict(type='list', elements='path', default=[]),
@@ -162,8 +152,6 @@ def main():
     if not os.path.isdir(p['rundir']):
         os.makedirs(p['rundir'])
     os.chmod(p['rundir'], 0o755)
-    if p['hold_script']:
-        hf_peer_daemon.write_hold_script(p['hold_script'])
     write_private(p['secrets_path'], '%s:%s\n' % (p['user'], p['secret']))
     write_private(p['config_path'], p['config'].rstrip('\n') + '\n')
     argv = [module.get_bin_path('systemd-run', required=True), '--unit=%s' % p['unit'],

@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,7 +26,6 @@ from test_hf_snapshot import REPO_ID, SHARD, stage
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
-from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
 
 hub = test_hf_snapshot.hub   # the module-scoped hub double fixture, shared
 
@@ -40,7 +38,6 @@ with open(os.path.join(REPO, 'roles', 'hf_cache', 'vars', 'main.yml')) as _f:
     EXCLUDES = yaml.safe_load(_f)['__hf_cache_rsyncd_excludes']   # the role's own
 DEAD = '127.0.0.9'   # an address where no daemon listens
 SECRET = 's3cret-of-this-run'
-HOLD_S = 3   # the daemons' hold of a request for a blob not there yet (the role: switch_after_s // 2)
 ADDRS = {'src': '127.0.0.1', 'dst': '127.0.0.1', 'a': '127.0.0.2', 'b': '127.0.0.3'}
 
 
@@ -60,11 +57,7 @@ def render_rsyncd(tmp, cache, port, rundir=None, address='127.0.0.1', fleet=None
     with open(secrets, 'w') as f:
         f.write('inkling-fleet:%s\n' % secret)
     os.chmod(secrets, 0o600)
-    hold_script = os.path.join(str(tmp), 'hold-blob-%s.py' % address)
-    hf_peer_daemon.write_hold_script(hold_script)
     text = Templar(loader=DataLoader(), variables={
-        '__hf_cache_python': sys.executable, '__hf_cache_peer_hold_script': hold_script,
-        '__hf_cache_peer_hold_s': HOLD_S,
         'ansible_managed': 'test', '__hf_cache_peer_addr': address, 'hf_cache_peer_port': port,
         '__hf_cache_peer_rundir': rundir or os.path.join(cache, 'run'),
         'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
@@ -214,51 +207,6 @@ def test_files_are_relayed_as_they_arrive(tmp_path, source, hub):  # pylint: dis
     assert res['holder'] is True and res['sources'] == {'a': res['bytes_total']}
     assert got_first and got_first[0] - t0 < res['copy_s'] - 0.4   # the first blob came before the rest existed
     assert res['waited_s'] > 0          # and waited for the rest
-
-
-def test_a_receiver_one_blob_behind_is_served_each_blob_as_its_source_verifies_it(tmp_path, source, hub):  # pylint: disable=redefined-outer-name
-    """A source that verifies one blob at a time: the receiver asks for the next blob at once and the source's
-    daemon holds that request until the blob is there (its hold script), so each blob takes one connection, not
-    a connection that finds nothing and a poll of the listing. The source verifies them in the hub list's order
-    (path order), as a seed downloads them and a relay passes them on."""
-    a_tmp = tmp_path / 'a'
-    a_cache = str(a_tmp / 'cache')
-    a_blobs = os.path.join(hc.repo_dir(a_cache, REPO_ID), 'blobs')
-    os.makedirs(a_blobs)
-    names = []
-    for f in source['files']:
-        if f['etag'] not in names:
-            names.append(f['etag'])
-    shutil.copy(os.path.join(source['rdir'], 'blobs', names[0]), a_blobs)
-    proc = start_daemon(a_tmp, a_cache, source['port'], address='127.0.0.2')
-    dest_blobs = os.path.join(hc.repo_dir(str(tmp_path / 'cache'), REPO_ID), 'blobs')
-    late = []
-
-    def feed():
-        # the next blob is verified at the source 0.5 s after the receiver took the one before
-        for prev, name in zip(names, names[1:]):
-            for dummy in range(400):
-                if os.path.exists(os.path.join(dest_blobs, prev)):
-                    break
-                time.sleep(0.05)
-            else:
-                late.append(prev)
-            time.sleep(0.5)
-            shutil.copy(os.path.join(source['rdir'], 'blobs', name), os.path.join(a_blobs, '.tmp'))
-            os.rename(os.path.join(a_blobs, '.tmp'), os.path.join(a_blobs, name))
-    t = threading.Thread(target=feed)
-    t.start()
-    try:
-        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('a', '127.0.0.2'), ('dst', DEAD)), ['a'],
-                       switch_after_s=30, poll_interval_s=0.5)
-    finally:
-        t.join()
-        stop(proc)
-    assert rc == 0, res
-    assert not late and len(names) >= 3
-    assert res['holder'] is True and res['sources'] == {'a': res['bytes_total']}
-    assert res['connections'] == len(names), res['connections']   # one per blob
-    assert res['waited_s'] >= 0.5 * (len(names) - 1) * 0.8         # held while the source verified the next
 
 
 def test_a_forged_blob_with_a_forged_manifest_is_rejected(tmp_path, source, hub):  # pylint: disable=redefined-outer-name
