@@ -11,7 +11,7 @@
 #   lab/lab.sh status                 what runs, where, and the generated values
 #   lab/lab.sh fault HOST NAME on|off a GPU-host fault on a fleet host (inkling-lab-gpu-fault NAME)
 #   lab/lab.sh fault registry|hub on|off   the registry or the hub down (on) or back (off)
-#   lab/lab.sh shape NAME RATE|off    limit what container NAME sends (tc tbf), e.g. lab-hub 200mbit
+#   lab/lab.sh shape NAME RATE|off    limit what container NAME sends (tc htb), e.g. lab-hub 200mbit
 #
 # Every step is idempotent: `up` on a running lab checks and returns in seconds.
 # See docs/lab.md.
@@ -210,19 +210,49 @@ cmd_fault() {
   esac
 }
 
-# shape NAME RATE|off: a token bucket on the container's eth0 egress (what it sends:
-# for lab-hub and lab-registry, what the hosts download from them).
+# shape NAME RATE|off: limit what the container sends on eth0 to RATE (for lab-hub and
+# lab-registry, what the hosts download from them). One HTB class at RATE (a 256 kb burst,
+# 50 ms of queue, as a tbf had) with two leaves: packets under 128 bytes (ACKs, SYNs, requests;
+# IPv6: payload under 64) go first, the rest queue. A real host's default qdisc (fq_codel, or
+# fq) serves such sparse flows ahead of a bulk flow's backlog. With one shared FIFO every ACK a
+# host sent waited behind the data it relayed, and BBR (this kernel's TCP) then slowed the
+# download of a host that downloads and relays at once by about 12 % (bench/README.md, "The
+# lab's links"). This kernel has htb, tbf and the fifos, not fq_codel, fq, sfq, cake or netem.
+# LAB_SHAPE_FIFO=1 keeps the single tbf FIFO of before, for comparison.
+shape_bytes() {   # RATE (e.g. 50mbit, 1gbit, 800kbit) -> bytes per second
+  awk -v r="$1" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
+    m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : (u == "bit") ? 1 : -1
+    if (n <= 0 || m < 0) exit 1; printf "%d\n", n * m / 8 }'
+}
+
 cmd_shape() {
   [ $# -eq 2 ] || usage
   container_running "$1" || die "$1 is not running"
   podman exec "$1" tc qdisc del dev eth0 root 2>/dev/null || true
-  if [ "$2" != off ]; then
+  if [ "$2" = off ]; then
+    log "$1: egress unlimited"
+    return
+  fi
+  local bps queue
+  bps=$(shape_bytes "$2") || die "rate $2: expected a number with bit, kbit, mbit or gbit (e.g. 50mbit)"
+  if [ "${LAB_SHAPE_FIFO:-0}" = 1 ]; then
     podman exec "$1" tc qdisc add dev eth0 root tbf rate "$2" burst 256kb latency 50ms ||
       die "tc failed in $1 (the container needs CAP_NET_ADMIN: lab hosts, lab-hub and lab-registry have it)"
-    log "$1: egress limited to $2"
-  else
-    log "$1: egress unlimited"
+    log "$1: egress limited to $2 (one FIFO)"
+    return
   fi
+  queue=$((bps / 20 + 262144))          # 50 ms at RATE and the 256 kb burst, as tbf's latency 50ms had
+  podman exec "$1" sh -ec "
+    tc qdisc add dev eth0 root handle 1: htb default 20
+    tc class add dev eth0 parent 1: classid 1:1 htb rate $2 ceil $2 burst 256kb cburst 256kb quantum 1514
+    tc class add dev eth0 parent 1:1 classid 1:10 htb rate $((bps / 10))bps ceil $2 prio 0 quantum 1514
+    tc class add dev eth0 parent 1:1 classid 1:20 htb rate $((bps - bps / 10))bps ceil $2 prio 1 quantum 1514
+    tc qdisc add dev eth0 parent 1:10 pfifo limit 1000
+    tc qdisc add dev eth0 parent 1:20 bfifo limit $queue
+    tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match u16 0x0000 0xff80 at 2 flowid 1:10
+    tc filter add dev eth0 parent 1: protocol ipv6 prio 2 u32 match u16 0x0000 0xffc0 at 4 flowid 1:10" ||
+    die "tc failed in $1 (the container needs CAP_NET_ADMIN: lab hosts, lab-hub and lab-registry have it)"
+  log "$1: egress limited to $2 (packets under 128 bytes first)"
 }
 
 # One lab.sh changes the lab at a time (a test run and a person, say); status just reads.
