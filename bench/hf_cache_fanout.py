@@ -14,7 +14,7 @@ all labelled like the lab's (``lab/lab.sh down`` removes them too):
 
 What every one of them sends (eth0 egress) is limited to ``--rate`` with tc
 (``lab/lab.sh shape``), so the hub's link and every host's link have the same capacity; packets under
-128 bytes (ACKs) go ahead of queued data, as a real host's default fair queueing lets them
+128 bytes (ACKs) go ahead of queued data, roughly as a real host's fq_codel treats ACKs
 (``LAB_SHAPE_FIFO=1`` in the environment: one shared FIFO, as before 2026-12-02).
 After one warm-up (the staging virtualenv, ``--tags hf_cache_install``), it stages the
 snapshot with ``bench/hf_cache_fanout.yml`` into an emptied cache three times:
@@ -154,7 +154,7 @@ def start_hub():
                  check=False).returncode == 0:
             # the double hashes a repository's files on its first request (a real hub answers from its index):
             # ask once now, so that T1's plan does not pay it (4 to 22 s seen before 2026-12-02)
-            quiet(['podman', 'exec', HUB, 'curl', '-sf', '-o', '/dev/null',
+            quiet(['podman', 'exec', HUB, 'curl', '-sf', '--max-time', '300', '-o', '/dev/null',
                    'http://127.0.0.1:%d/api/models/%s/revision/main' % (HUB_PORT, REPO_ID)])
             port = quiet(['podman', 'port', HUB, '%d/tcp' % HUB_PORT]).stdout.strip().splitlines()[0]
             return 'http://%s' % port
