@@ -141,12 +141,15 @@ def test_f1_fix_starts_fabric_manager_then_waits_the_whole_time_for_the_fabric()
     msgs = failures(rep)
     assert rep['fixed'] == ['fabricmanager']
     assert after('f1-fix')['fabricmanager'] == 'active'
-    # the stand-in's fabric stays In Progress: the whole bounded wait (4 s, polls at 2 s and 4 s), then failure
-    assert rep['fabric_waited_s'] == 4
-    assert msgs['fabric.state'] == ('fabric registration not complete on 8/8 GPUs after 4s (State=In Progress); '
-                                    'CUDA will fail with error 802 (system not yet initialized)')
+    # the stand-in's fabric stays In Progress: the whole bounded wait (4 s, polls at 2 s and 4 s), then failure.
+    # A poll that a loaded machine slows past the 4 s mark moves the last one after it (waited 5 s in the CI run
+    # of 2026-12-02): the whole bound, and at most one slow poll more
+    waited = rep['fabric_waited_s']
+    assert 4 <= waited <= 6
+    assert msgs['fabric.state'] == ('fabric registration not complete on 8/8 GPUs after %ds (State=In Progress); '
+                                    'CUDA will fail with error 802 (system not yet initialized)' % waited)
     # waiting is not an error
-    assert after('f1-fix')['fabric_wait'] == {'ran': True, 'failed': False, 'rounds': 2, 'waited_s': 4}
+    assert after('f1-fix')['fabric_wait'] == {'ran': True, 'failed': False, 'rounds': 2, 'waited_s': waited}
 
 
 def test_f2_vm_with_7_gpus_and_fabric_in_progress():
