@@ -140,8 +140,8 @@ def relay_sources(host, peers, roots, degree=1):
 
 
 def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0, per_hop_s=0.0, roots=1,
-             per_connection_s=0.0):
-    """Predicted completion of a pipelined relay (store and forward per file), in seconds.
+             per_connection_s=0.0, piece_bytes=0):
+    """Predicted completion of a pipelined relay (store and forward per file, or per piece), in seconds.
 
     ``hosts`` hosts (the roots included), the files' ``sizes`` in bytes in the order they are relayed,
     every host's link ``rate_bps`` bits/s (full duplex, equal), the hub's link ``hub_rate_bps`` (default
@@ -153,6 +153,11 @@ def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0
     list): a receiver takes, in one connection, every file its parent holds when it asks (``hf_peer_copy``'s
     batch), so a receiver that fell behind its parent pays it once for all the files it catches up on, and one
     that keeps up pays it once per file.
+
+    With ``piece_bytes`` (the relay of hf_peer_relay), a receiver takes file j while its parent still receives
+    it, one connection per file: it ends file j no sooner than its own link allows after file j-1 and no sooner
+    than one piece (and ``per_hop_s``) after its parent ended it. A chain of N hosts relaying F equal files then
+    takes about T1 + (N - 1) x (piece time + per_hop_s), whatever the size of the files.
 
     Returns ``{'host_s': [completion of each host, in relay order], 'makespan_s', 't1_s', 'ratio'}`` where
     ``t1_s`` is one host's transfer from the hub alone and ``ratio`` = makespan / t1. For F equal files on
@@ -181,6 +186,12 @@ def schedule(hosts, sizes, rate_bps, degree=1, hub_rate_bps=None, per_file_s=0.0
         par = parent[h]
         share = len(children.get(par, [])) or 1
         t, out, j = 0.0, [], 0
+        if piece_bytes:
+            for j, s in enumerate(sizes):
+                t = max(t + per_connection_s + s * share / rate,
+                        done[par][j] + min(piece_bytes, s) * share / rate + per_hop_s) + per_file_s
+                out.append(t)
+            j = len(sizes)
         while j < len(sizes):
             start = max(t, done[par][j] + per_hop_s)
             # one connection: every file from j on the parent holds by then (it holds them in relay order)

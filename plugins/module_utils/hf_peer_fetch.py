@@ -13,12 +13,14 @@ __metaclass__ = type
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_relay
 
 CACHE_MODULE = 'inkling-hf'
 RUN_MODULE = 'inkling-hf-run'
@@ -67,6 +69,7 @@ class Sources(object):
         self.errors = []
         self.switches = []
         self.silent_since = {}
+        self.no_relay = {}
         self.answered = set()
         self.started = time.time()
         self.current = None
@@ -93,6 +96,10 @@ class Sources(object):
         if name == self.current:
             self.current = None
         self.switches.append('from %s after %.0f s: %s' % (name, time.time() - self.since, why))
+
+    def relay(self, name):
+        """True when name's relay is to be asked first (this run has a relay port and it did not fail yet)."""
+        return bool(self.p.get('relay_port')) and name not in self.no_relay
 
     def url(self, name, module, path=''):
         return rsync_url(self.addr[name], self.p['port'], module, path, self.p['user'])
@@ -375,3 +382,75 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
     if proc.returncode == 23 and 'No such file' in said:
         return got, None if got else 'missing', None, None
     return got, 'rsync', 'rsync rc %d: %s' % (proc.returncode, err_line(said)), None
+
+
+def receive_relay(src, name, rdir, entries, prog, on_verified):
+    """Take one blob of entries from name's relay (inkling.fleet's hf_peer_relay), streamed while name itself
+    still receives it: written to ``.inkling/incoming/ETAG.part`` (which this host's own relay streams on to its
+    receivers as it grows) and hashed as it arrives; moved to ``blobs/ETAG`` and ``on_verified(entry)`` called
+    once its size and hash are the hub's.
+
+    Returns ``(got, kind, detail, entry)`` like receive_batch: got 1 or 0; kind None (a blob came), ``'missing'``
+    (the source held none of them within its hold time, or stopped streaming the blob because its own transfer of it
+    stalled or failed), ``'relay'`` (its relay could not be used: refused, not
+    running, not answering; detail says why: the copy falls back to rsync for this source), ``'rsync'`` (the
+    connection broke), ``'stalled'`` (no byte for switch_after_s + STALL_GRACE_S) or ``'hash'``."""
+    t = src.p['switch_after_s']
+    pending = dict((e.etag, e) for e in entries)
+    try:
+        stream = hf_peer_relay.Stream(src.addr[name], src.p['relay_port'], src.p['secret'],
+                                      [(e.etag, e.size) for e in entries], t + STALL_GRACE_S)
+    except hf_peer_relay.RelayError as exc:
+        return 0, 'relay', str(exc), None
+    if stream.etag is None:
+        stream.close()
+        return 0, 'missing', None, None
+    entry = pending.get(stream.etag)
+    if entry is None:
+        stream.close()
+        return 0, 'relay', 'its relay offered %s, which this host did not ask for' % stream.etag, None
+    inbox = inbox_dir(rdir)
+    if not os.path.isdir(inbox):
+        os.makedirs(inbox)
+    part = hf_peer_relay.part_path(inbox, entry.etag)
+    hasher = hc.new_hasher(entry)
+    seen, why = 0, None
+    with prog.lock:
+        prog.current = (entry, lambda: [part])
+    try:
+        with open(part, 'wb', 0) as out:
+            while seen < entry.size:
+                try:
+                    data = stream.read(min(READ_CHUNK, entry.size - seen))
+                except socket.timeout:
+                    why = 'stalled'
+                    break
+                except (OSError, socket.error) as exc:
+                    why = 'broken: %s' % exc
+                    break
+                if not data:
+                    # the source stopped streaming it: its own transfer of it stalled or failed verification
+                    why = 'ended'
+                    break
+                out.write(data)
+                hasher.update(data)
+                seen += len(data)
+    finally:
+        stream.close()
+        with prog.lock:
+            prog.current = None
+    if why is not None:
+        os.unlink(part)
+        if why == 'stalled':
+            return 0, 'stalled', stall_detail(t), entry
+        if why == 'ended':
+            return 0, 'missing', None, None      # as if it lacked it: the waiting rules decide
+        return 0, 'rsync', 'the relay stream of %s %s' % (entry.path, why), entry
+    wrong = verdict(entry, seen, hasher.hexdigest())
+    if wrong:
+        os.unlink(part)
+        return 0, 'hash', wrong, entry
+    os.chmod(part, 0o644)
+    os.rename(part, hc.blob_path(rdir, entry.etag))
+    on_verified(entry)
+    return 1, None, None, None

@@ -151,6 +151,16 @@ options:
         switch to another source at once; they look for a file of that name in each source's daemon module
         C(inkling-hf-run). The name carries the run id, so a file left by another run is never read.
     type: path
+  relay_port:
+    description:
+      - The port of the peers' relays (C(hf_peer_relay), started with their rsync daemons by
+        M(inkling.fleet.hf_peer_serve)); V(0) takes every blob by rsync.
+      - A source's relay streams this host the first blob it lacks that the source holds, or is receiving now,
+        while it arrives there; this host writes it to C(.inkling/incoming/ETAG.part), which its own relay streams
+        on, and moves it to C(blobs/ETAG) only once its size and hash are the hub's. A source whose relay cannot be
+        used (not running, refused) is asked by rsync for the rest of the run.
+    type: int
+    default: 0
   poll_interval_s:
     description: Seconds between two looks at a source that does not hold the next blob yet.
     type: float
@@ -260,12 +270,14 @@ files_total:
   returned: always
   type: int
 connections:
-  description: rsync connections that fetched blobs (one per blob taken alone, one per batch of the blobs a source
-    held); the listings are not counted.
+  description: Connections that fetched blobs (one per blob streamed by a relay, one per blob taken alone by rsync,
+    one per rsync batch of the blobs a source held); the listings and the relays' empty answers are not counted.
   returned: always
   type: int
 waited_s:
-  description: Seconds spent waiting for a source to hold the next blob.
+  description: Seconds spent waiting for a source to hold the next blob (with the relay, only the waits after a
+    source's relay answered that it held none of them; a stream that waits for the bytes its source still
+    receives is not counted).
   returned: always
   type: float
 copy_s:
@@ -408,7 +420,25 @@ def run(module):
         result['source'] = name
         result['sources'][name] = result['sources'].get(name, 0) + entry.size
 
-    attempts, waiting, streak = {}, None, False
+    attempts = {}
+
+    def failed(name, kind, detail, bad):
+        """A transfer from name ended with kind 'hash', 'stalled' or another failure: drop or retry name."""
+        if kind == 'hash':
+            result['rejected'].append('%s: %s: %s' % (name, bad.path, detail))
+            src.drop(name, 'it served %s with another content than the hub (%s)' % (bad.path, detail))
+        elif kind == 'stalled':
+            src.drop(name, 'its transfer stalled: %s' % detail)
+        else:
+            attempts[name] = attempts.get(name, 0) + 1
+            with prog.lock:
+                prog.retries += 1
+            if attempts[name] > p['retries']:
+                src.drop(name, 'its transfers failed %d times (%s)' % (attempts[name], detail))
+            else:
+                time.sleep(min(2 ** (attempts[name] - 1), 10) * 0.5)
+
+    waiting, streak = None, False
     while need:
         dead, abort, why = src.control()
         cands = src.candidates(dead)
@@ -426,7 +456,23 @@ def run(module):
                 src.switches[-1] += ', now from %s' % cur
             src.use(cur)
             prog.extra['source'] = cur
-        if streak:
+        if src.relay(cur):
+            # the source streams the first blob this host lacks that it holds or is receiving now, piece by piece
+            got, kind, detail, bad = pf.receive_relay(src, cur, rdir, need, prog, lambda e, c=cur: verified(e, c))
+            if kind == 'relay':
+                # not usable (not running, refused): rsync from this source, as before the relay
+                src.no_relay[cur] = detail
+                continue
+            if kind != 'missing':
+                result['connections'] += 1
+                if waiting is not None:
+                    result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
+                    waiting = None
+                if kind is not None:
+                    failed(cur, kind, detail, bad)
+                continue
+            ready = []
+        elif streak:
             # right after a blob came, ask for what this host lacks straight away, in one connection (rsync takes
             # the blobs the source holds and skips the others): a source that relays in the same order usually
             # holds the next one by now, and one that is ahead (this host fell behind) hands over all it holds
@@ -456,19 +502,8 @@ def run(module):
             streak = got > 0
             if kind == 'missing':
                 continue                   # not there yet: the listing decides
-            if kind == 'hash':
-                result['rejected'].append('%s: %s: %s' % (cur, bad.path, detail))
-                src.drop(cur, 'it served %s with another content than the hub (%s)' % (bad.path, detail))
-            elif kind == 'stalled':
-                src.drop(cur, 'its transfer stalled: %s' % detail)
-            elif kind is not None:
-                attempts[cur] = attempts.get(cur, 0) + 1
-                with prog.lock:
-                    prog.retries += 1
-                if attempts[cur] > p['retries']:
-                    src.drop(cur, 'its transfers failed %d times (%s)' % (attempts[cur], detail))
-                else:
-                    time.sleep(min(2 ** (attempts[cur] - 1), 10) * 0.5)
+            if kind is not None:
+                failed(cur, kind, detail, bad)
             continue
         # the source lacks every blob this host still needs: it may still receive it, or be slow or stuck
         if waiting is None:
@@ -517,7 +552,7 @@ def run(module):
     result['holder'] = True
     result['changed'] = True
     result['msg'] = '%s: %s@%s received from %s and verified against the hub\'s hashes (%d blobs, %s) in %.0f s, ' \
-                    '%.0f s of it waiting for a source, in %d rsync connection(s)%s' % (
+                    '%.0f s of it waiting for a source, in %d connection(s)%s' % (
                         p['host'], p['repo_id'], commit[:12], ', '.join(sorted(result['sources'])) or 'this host',
                         len(blobs), hc.human_bytes(result['bytes_total']), result['copy_s'], result['waited_s'],
                         result['connections'], describe(result))
@@ -551,6 +586,7 @@ def main():
             control_file=dict(type='path', required=True),
             control_id=dict(type='str', required=True),
             gave_up_file=dict(type='path'),
+            relay_port=dict(type='int', default=0),
             poll_interval_s=dict(type='float', default=0.5),
             switch_after_s=dict(type='int', default=30),
             start_timeout_s=dict(type='int', default=120),

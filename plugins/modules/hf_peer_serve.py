@@ -67,6 +67,40 @@ options:
     type: list
     elements: path
     default: []
+  relay_port:
+    description:
+      - With a port, the unit also runs the relay (module_utils C(hf_peer_relay), written to O(rundir) as
+        C(relay.py) with its configuration C(relay.json), mode 0600) beside the rsync daemon, on O(address) and this
+        port; the unit ends when either ends. V(0): the rsync daemon alone.
+      - The relay streams the receivers of M(inkling.fleet.hf_peer_copy) a blob of O(relay_repo_dir) while this host
+        still receives it, to the addresses of O(relay_allow) only, and only to a client that proves it holds
+        O(secret) (HMAC-SHA256 of a random challenge; the secret never crosses the network).
+    type: int
+    default: 0
+  relay_repo_dir:
+    description: The repository's folder in the hub cache (C(CACHE/models--ORG--NAME)); required with O(relay_port).
+    type: path
+  relay_allow:
+    description: The fleet's addresses the relay answers (the daemon's C(hosts allow)).
+    type: list
+    elements: str
+    default: []
+  relay_owner:
+    description: The user the relay serves as, once its port is bound and the secret read (the cache's owner).
+    type: str
+  relay_group:
+    description: The group the relay serves as.
+    type: str
+  relay_hold_s:
+    description: Seconds the relay waits for a blob a receiver asks for before it answers that it holds none.
+    type: float
+    default: 2
+  relay_stall_s:
+    description: Seconds the relay waits for the blob it streams to grow (this host's own transfer of it stalled)
+      before it ends the stream; the receiver then waits as for a blob its source lacks. Keep it below the
+      receivers' stall bound (their O(inkling.fleet.hf_peer_copy#module:switch_after_s) + 5 s).
+    type: int
+    default: 15
 notes:
   - Supports check mode (says it would start the daemon).
 seealso:
@@ -100,11 +134,17 @@ reset:
   type: dict
 '''
 
+import inspect
+import json
 import os
+import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_relay
 
 
 def write_private(path, text):
@@ -116,6 +156,20 @@ def write_private(path, text):
     with os.fdopen(fd, 'w') as f:
         f.write(text)
     os.rename(tmp, path)
+
+
+def relay_command(p):
+    """Write the relay's script and configuration to the run directory; the command that runs it."""
+    uid, gid = hc.resolve_owner(p['relay_owner'], p['relay_group'])
+    cfg = {'address': p['address'], 'port': p['relay_port'], 'allow': sorted(set(p['relay_allow'])),
+           'secrets_file': p['secrets_path'], 'user': p['user'],
+           'blobs_dir': os.path.join(p['relay_repo_dir'], 'blobs'), 'inbox': hf_peer_fetch.inbox_dir(p['relay_repo_dir']),
+           'hold_s': p['relay_hold_s'], 'stall_s': p['relay_stall_s'], 'uid': uid, 'gid': gid}
+    script = os.path.join(p['rundir'], 'relay.py')
+    config = os.path.join(p['rundir'], 'relay.json')
+    write_private(script, inspect.getsource(hf_peer_relay))
+    write_private(config, json.dumps(cfg, indent=1, sort_keys=True))
+    return [sys.executable or '/usr/bin/python3', script, config, '--']
 
 
 def main():
@@ -131,6 +185,13 @@ def main():
             address=dict(type='str'),
             pid_file=dict(type='path'),
             remove=dict(type='list', elements='path', default=[]),
+            relay_port=dict(type='int', default=0),
+            relay_repo_dir=dict(type='path'),
+            relay_allow=dict(type='list', elements='str', default=[]),
+            relay_owner=dict(type='str'),
+            relay_group=dict(type='str'),
+            relay_hold_s=dict(type='float', default=2),
+            relay_stall_s=dict(type='int', default=15),
         ),
         supports_check_mode=True,
     )
@@ -139,6 +200,8 @@ def main():
         module.fail_json(msg='%s: no address for the peer copy (hf_cache_peer_address is empty: the host has no IPv4 '
                              'default route). Remedy: set hf_cache_peer_address to this host\'s address on the fleet '
                              'network.' % os.uname()[1])
+    if p['relay_port'] and not (p['relay_repo_dir'] and p['address']):
+        module.fail_json(msg='%s: relay_port needs relay_repo_dir and address' % os.uname()[1])
     extra = {}
     if p['pid_file']:
         extra['reset'] = hf_peer_daemon.reset(module, p['unit'], p['pid_file'], p['remove'])
@@ -158,6 +221,8 @@ def main():
             '--description=inkling.fleet hub cache peer copy (stopped when staging ends)', '--collect',
             '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir']),
             '/usr/bin/rsync', '--daemon', '--no-detach', '--config=%s' % p['config_path']]
+    if p['relay_port']:
+        argv[-4:-4] = relay_command(p)
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg='%s: cannot start the rsync daemon %s: %s' % (os.uname()[1], p['unit'], (err or out).strip()))

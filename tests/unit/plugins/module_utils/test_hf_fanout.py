@@ -145,6 +145,22 @@ def test_the_model_pays_a_connection_per_batch_not_per_file():
     assert abs(hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, per_connection_s=0.0)['makespan_s'] - 39.0) < 1e-9
 
 
+def test_the_model_of_the_piece_relay_lags_a_piece_per_hop_not_a_file():
+    # 8 hosts, 32 files of 1 MB, 8 Mbit/s, pieces of 0.1 MB: T1 = 32 s, each hop 0.1 s behind: 32.7 s
+    pred = hf_fanout.schedule(8, [10 ** 6] * 32, 8e6, piece_bytes=10 ** 5)
+    assert abs(pred['makespan_s'] - (32 + 7 * 0.1)) < 1e-9
+    assert pred['makespan_s'] < hf_fanout.schedule(8, [10 ** 6] * 32, 8e6)['makespan_s'] - 6.2   # 39 s per file
+    # one file: still a piece per hop (store and forward would take 8 file times)
+    assert abs(hf_fanout.schedule(8, [10 ** 6], 8e6, piece_bytes=10 ** 5)['makespan_s'] - 1.7) < 1e-9
+    # a hop's delay adds per hop; a connection per file makes a receiver slower than its parent, so it falls
+    # behind by that much per file; a piece larger than a file is the file
+    slow = hf_fanout.schedule(3, [10 ** 6] * 4, 8e6, piece_bytes=10 ** 5, per_hop_s=0.2)
+    assert abs(slow['host_s'][1] - (4 + 0.1 + 0.2)) < 1e-9 and abs(slow['host_s'][2] - (4 + 2 * 0.3)) < 1e-9
+    drift = hf_fanout.schedule(2, [10 ** 6] * 4, 8e6, piece_bytes=10 ** 5, per_connection_s=0.05)
+    assert abs(drift['host_s'][1] - (1.1 + 3 * 1.05)) < 1e-9     # a piece behind on the first file, then 1.05 s a file
+    assert abs(hf_fanout.schedule(2, [10 ** 5] * 2, 8e6, piece_bytes=10 ** 6)['makespan_s'] - 0.3) < 1e-9
+
+
 def test_the_model_of_a_tree_shares_the_parent_link():
     # binary tree of 7 hosts, 1 file: each level halves the rate: 1 + 2 + 2 = 5 s
     pred = hf_fanout.schedule(7, [10 ** 6], 8e6, degree=2)

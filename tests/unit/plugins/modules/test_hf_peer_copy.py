@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -26,6 +27,8 @@ from test_hf_snapshot import REPO_ID, SHARD, stage
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch as pf
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_relay
 
 hub = test_hf_snapshot.hub   # the module-scoped hub double fixture, shared
 
@@ -443,7 +446,7 @@ def test_a_source_holding_several_blobs_hands_them_over_in_one_connection(tmp_pa
     batches, single = calls()
     # one listing, then every blob in one rsync connection: no connection per blob
     assert len(batches) == 1 and single == [], (batches, single)
-    assert res['connections'] == 1 and 'waiting for a source, in 1 rsync connection(s)' in res['msg']
+    assert res['connections'] == 1 and 'waiting for a source, in 1 connection(s)' in res['msg']
     rdir = hc.repo_dir(dest, REPO_ID)
     assert not os.path.exists(os.path.join(hc.state_dir(rdir), 'incoming'))   # the inbox is gone
     assert not [n for n in os.listdir(os.path.join(rdir, 'blobs')) if n.startswith('.') or 'incomplete' in n]
@@ -507,7 +510,6 @@ def test_a_forged_blob_in_a_batch_is_rejected_the_verified_ones_kept_and_it_is_r
 
 def test_the_role_removes_the_inbox_of_a_job_killed_during_a_batch():
     """hf_peer_reset (the role's leftovers) removes the inbox hf_peer_fetch writes a batch into."""
-    from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch as pf  # pylint: disable=import-outside-toplevel
     with open(os.path.join(REPO, 'roles', 'hf_cache', 'vars', 'main.yml')) as f:
         role_vars = yaml.safe_load(f)
     with open(os.path.join(REPO, 'roles', 'hf_cache', 'defaults', 'main.yml')) as f:
@@ -543,3 +545,62 @@ def test_a_batch_whose_source_stops_sending_is_stopped_and_the_source_dropped(tm
     assert res['holder'] is True and res['source'] == 'root' and res['failed_sources'] == ['a'], res
     assert [e for e in res['copy_errors'] if 'stalled' in e and 'no data for 7 s' in e], res['copy_errors']
     assert took < 40, took
+
+
+# --- the relay beside the daemon (hf_peer_serve runs module_utils/hf_peer_relay.py in the daemon's unit) ---------
+def start_relay(tmp, rdir, address='127.0.0.1', fleet=('127.0.0.1',), secret=SECRET):
+    """The relay as hf_peer_serve configures it, serving rdir on address at a free port."""
+    secrets = os.path.join(str(tmp), 'relay-%s.secrets' % address)
+    with open(secrets, 'w') as f:
+        f.write('inkling-fleet:%s\n' % secret)
+    cfg = {'address': address, 'port': free_port(), 'allow': list(fleet), 'secrets_file': secrets,
+           'user': 'inkling-fleet', 'blobs_dir': os.path.join(rdir, 'blobs'), 'inbox': pf.inbox_dir(rdir),
+           'hold_s': 0.5, 'stall_s': 1}
+    conf = os.path.join(str(tmp), 'relay-%s.json' % address)
+    with open(conf, 'w') as f:
+        json.dump(cfg, f)
+    proc = subprocess.Popen([sys.executable, hf_peer_relay.__file__, conf], stderr=subprocess.DEVNULL)
+    for dummy in range(50):
+        try:
+            socket.create_connection((address, cfg['port']), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, cfg['port']
+
+
+def test_every_blob_comes_by_the_relay_when_the_source_runs_one(tmp_path, source):
+    env, calls = rsync_log_shim(tmp_path)
+    proc, port = start_relay(tmp_path, source['rdir'])
+    try:
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('src', '127.0.0.1'), ('dst', DEAD)), ['src'],
+                       env=env, relay_port=port)
+    finally:
+        stop(proc)
+    assert rc == 0 and res['holder'] is True and res['rejected'] == [], res
+    batches, single = calls()
+    assert batches == [] and single == []                       # no rsync transfer at all
+    assert res['connections'] == res['files_total'] == res['hashed_files']
+    rdir = hc.repo_dir(str(tmp_path / 'cache'), REPO_ID)
+    assert os.path.exists(hc.marker_path(rdir, source['commit']))
+    assert os.listdir(pf.inbox_dir(rdir)) == []                 # no partial left
+
+
+def test_a_forged_blob_from_a_relay_is_rejected_and_taken_from_the_next_source(tmp_path, source, hub):  # pylint: disable=redefined-outer-name
+    """A relay (or whatever binds its port) that streams forged bytes: the receiver's hash against the hub's list
+    rejects the blob, drops that source and takes the blob from the next one."""
+    a_rdir = hc.repo_dir(str(tmp_path / 'a'), REPO_ID)
+    shutil.copytree(source['rdir'], a_rdir, symlinks=True)
+    shard = [f for f in source['files'] if f['path'] == SHARD][0]
+    with open(os.path.join(a_rdir, 'blobs', shard['etag']), 'r+b') as f:
+        f.write(b'forged')
+    proc, port = start_relay(tmp_path, a_rdir, address='127.0.0.2', fleet=('127.0.0.1', '127.0.0.2', '127.0.0.3'))
+    try:
+        peers = P(('root', '127.0.0.1'), ('a', '127.0.0.2'), ('b', DEAD))
+        rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), peers, ['root'], host='b', relay_port=port)
+    finally:
+        stop(proc)
+    assert rc == 0 and res['holder'] is True, res
+    assert res['failed_sources'] == ['a'] and [r for r in res['rejected'] if r.startswith('a: %s:' % SHARD)], res
+    # the rest came from root by rsync: root runs no relay on that port here
+    assert res['sources'].get('root', 0) >= shard['size']

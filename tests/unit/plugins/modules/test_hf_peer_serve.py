@@ -87,3 +87,31 @@ def test_what_a_killed_run_left_is_ended_in_the_same_task(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_with_a_relay_port_the_unit_runs_the_relay_beside_the_daemon(tmp_path):
+    """The relay's script (module_utils/hf_peer_relay.py, as shipped) and its configuration go to the run
+    directory, root-only; the unit's command is the relay with the rsync daemon as its command, so the unit holds
+    both or neither; the secret is read from the secrets file, never written into an argument or the config."""
+    import json
+    import py_compile
+    rundir = tmp_path / 'run'
+    args = {'unit': 'inkling-hf-rsyncd', 'config': 'port = 8873\n', 'config_path': str(tmp_path / 'rsyncd.conf'),
+            'secrets_path': str(tmp_path / 'rsyncd.secrets'), 'user': 'inkling-fleet', 'secret': 'run-secret',
+            'rundir': str(rundir), 'address': '10.0.0.1', 'relay_port': 8874, 'relay_repo_dir': '/srv/hub/models--o--n',
+            'relay_allow': ['10.0.0.2', '10.0.0.1', '10.0.0.2'], 'relay_stall_s': 15}
+    rc, res = run_module('hf_peer_serve', args, env=fake_bin(tmp_path, False), tmp_path=tmp_path)
+    assert rc == 0 and res['started'] is True, res
+    argv = (tmp_path / 'argv').read_text().splitlines()
+    cmd = argv[argv.index(str(rundir / 'relay.py')) - 1:]
+    assert cmd[1:4] == [str(rundir / 'relay.py'), str(rundir / 'relay.json'), '--']
+    assert cmd[4:6] == ['/usr/bin/rsync', '--daemon']
+    for name in ('relay.py', 'relay.json'):
+        assert stat.S_IMODE(os.stat(str(rundir / name)).st_mode) == 0o600
+    py_compile.compile(str(rundir / 'relay.py'), doraise=True)
+    assert 'INKLING-RELAY 1' in (rundir / 'relay.py').read_text()
+    cfg = json.loads((rundir / 'relay.json').read_text())
+    assert cfg['allow'] == ['10.0.0.1', '10.0.0.2'] and cfg['port'] == 8874 and cfg['address'] == '10.0.0.1'
+    assert cfg['blobs_dir'] == '/srv/hub/models--o--n/blobs' and cfg['inbox'] == '/srv/hub/models--o--n/.inkling/incoming'
+    assert cfg['secrets_file'] == str(tmp_path / 'rsyncd.secrets') and cfg['stall_s'] == 15
+    assert 'run-secret' not in (rundir / 'relay.json').read_text() and not [a for a in argv if 'run-secret' in a]

@@ -1,0 +1,278 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The piece-level relay of the hf_cache peer fan-out: a small TCP server that streams a blob to a receiver while
+this host still receives it, and the receiver's side.
+
+Why: a relay of whole blobs makes every hop wait for a whole blob before it passes the first byte on, and every
+rsync connection costs a process, a handshake and a file list; on a chain of N hosts the last one ends about N - 1
+blobs (and as many connection costs) after the seed. Here a hop passes each piece on as it is written.
+
+The server (``serve``; this file runs as a script, stdlib only: inkling.fleet.hf_peer_serve writes it to the run
+directory and runs it in the unit of the rsync daemon, so it stops with the daemon) answers only the fleet's
+addresses, and only a client that proves it holds this run's secret: it sends a random challenge, the client answers
+with HMAC-SHA256(secret, challenge) and the blobs it lacks, in its order, each with the hub's size. The server picks
+the first of them it holds, verified (``blobs/ETAG``), else the first it is receiving now (the copy's
+``.inkling/incoming/ETAG.part``, or the download's ``blobs/ETAG.incomplete``), waits up to ``hold_s`` for one, and
+streams it from the first byte while it grows, until the size the client named. It never decides what is right:
+the receiver hashes every byte and moves a blob in under its name only when size and sha256 are the hub's (a
+forged or broken stream costs that blob, never the snapshot)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    import socketserver
+except ImportError:          # pragma: no cover (Python 2 has no use for this file; it only parses there)
+    socketserver = None
+
+BANNER = 'INKLING-RELAY 1'
+ETAG = re.compile(r'^[0-9a-f]{40}$|^[0-9a-f]{64}$')
+PIECE = 1024 * 1024
+MAX_REQUEST = 1024 * 1024
+PART_SUFFIX = '.part'
+
+
+def proof(secret, challenge):
+    """What a client sends to prove it holds secret: HMAC-SHA256 of the server's challenge, in hex."""
+    return hmac.new(secret.encode('utf-8'), challenge.encode('ascii'), hashlib.sha256).hexdigest()
+
+
+def part_path(inbox, etag):
+    """Where hf_peer_copy writes a blob while it arrives by the relay (served by this host's relay as it grows)."""
+    return os.path.join(inbox, etag + PART_SUFFIX)
+
+
+def read_secret(path, user):
+    """The secret of user in an rsync secrets file (USER:SECRET lines)."""
+    with open(path) as f:
+        for line in f:
+            name, sep, secret = line.rstrip('\n').partition(':')
+            if sep and name == user:
+                return secret
+    raise ValueError('%s has no secret for %s' % (path, user))
+
+
+def plain_address(addr):
+    """The client address as the fleet's list names it (an IPv4 address mapped into IPv6 as IPv4)."""
+    return addr[7:] if addr.startswith('::ffff:') and '.' in addr else addr
+
+
+class Blobs(object):
+    """What this host holds or is receiving, on disk."""
+
+    def __init__(self, blobs_dir, inbox):
+        self.blobs_dir = blobs_dir
+        self.inbox = inbox
+
+    def complete(self, etag, size):
+        path = os.path.join(self.blobs_dir, etag)
+        try:
+            return path if os.path.getsize(path) == size and not os.path.islink(path) else None
+        except OSError:
+            return None
+
+    def partial(self, etag):
+        for path in (part_path(self.inbox, etag), os.path.join(self.blobs_dir, etag + '.incomplete')):
+            if os.path.isfile(path) and not os.path.islink(path):
+                return path
+        return None
+
+    def pick(self, wants):
+        """(etag, size, path) of the first wanted blob held verified, else of the first one arriving; None."""
+        for etag, size in wants:
+            path = self.complete(etag, size)
+            if path:
+                return etag, size, path
+        for etag, size in wants:
+            path = self.partial(etag)
+            if path:
+                return etag, size, path
+        return None
+
+
+def stream_file(send, path, size, final, stall_s, piece=PIECE):
+    """Send the first size bytes of path while it grows; when it stops growing for stall_s (its writer died, or
+    it was removed as wrong and final does not hold it), stop. Returns the bytes sent. final is the name the file
+    gets once verified: a rename keeps the open file, a removal does not, so a file that vanished without final
+    appearing is given up at once."""
+    sent = 0
+    last = time.time()
+    with open(path, 'rb') as f:
+        while sent < size:
+            data = f.read(min(piece, size - sent))
+            if data:
+                send(data)
+                sent += len(data)
+                last = time.time()
+                continue
+            if not os.path.exists(path) and not os.path.exists(final):
+                break
+            if time.time() - last > stall_s:
+                break
+            time.sleep(0.01)
+    return sent
+
+
+class Handler(socketserver.StreamRequestHandler if socketserver else object):
+    """One request: challenge, proof and wants, one blob streamed (or NONE after hold_s)."""
+
+    def handle(self):
+        cfg = self.server.cfg
+        if plain_address(self.client_address[0]) not in cfg['allow']:
+            return
+        self.connection.settimeout(cfg['stall_s'])
+        challenge = os.urandom(16).hex()
+        self.wfile.write(('%s %s\n' % (BANNER, challenge)).encode('ascii'))
+        line = self.rfile.readline(MAX_REQUEST).decode('ascii', 'replace').split()
+        if len(line) < 2 or line[0] != 'WANT' or not hmac.compare_digest(line[1], proof(cfg['secret'], challenge)):
+            self.wfile.write(b'NO auth failed\n')
+            return
+        wants = []
+        for item in line[2:]:
+            etag, sep, size = item.partition(':')
+            if not sep or not ETAG.match(etag) or not size.isdigit():
+                self.wfile.write(b'NO bad request\n')
+                return
+            wants.append((etag, int(size)))
+        blobs = Blobs(cfg['blobs_dir'], cfg['inbox'])
+        deadline = time.time() + cfg['hold_s']
+        got = blobs.pick(wants)
+        while got is None and time.time() < deadline:
+            time.sleep(0.02)
+            got = blobs.pick(wants)
+        if got is None:
+            self.wfile.write(b'NONE\n')
+            return
+        etag, size, path = got
+        self.wfile.write(('BLOB %s %d\n' % (etag, size)).encode('ascii'))
+        stream_file(self.wfile.write, path, size, os.path.join(cfg['blobs_dir'], etag), cfg['stall_s'])
+
+
+def make_server(cfg):
+    """The threading TCP server of cfg (address, port, allow, secret, blobs_dir, inbox, hold_s, stall_s)."""
+    family = socket.AF_INET6 if ':' in cfg['address'] else socket.AF_INET
+
+    class Server(socketserver.ThreadingTCPServer):
+        address_family = family
+        allow_reuse_address = True
+        daemon_threads = True
+
+    server = Server((cfg['address'], cfg['port']), Handler)
+    server.cfg = cfg
+    return server
+
+
+def load_config(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg['secret'] = read_secret(cfg.pop('secrets_file'), cfg['user'])
+    cfg['allow'] = set(cfg['allow'])
+    return cfg
+
+
+class RelayError(Exception):
+    """The relay of a source could not be used (kind: 'connect', 'refused' or 'protocol')."""
+
+    def __init__(self, kind, detail):
+        super(RelayError, self).__init__(detail)
+        self.kind = kind
+
+
+class Stream(object):
+    """A receiver's request to a source's relay: connect, prove the secret, name the blobs it lacks; then
+    ``entry`` is the one the source streams (None: it held none of them within its hold time)."""
+
+    def __init__(self, address, port, secret, wants, timeout):
+        try:
+            self.sock = socket.create_connection((address, port), timeout=timeout)
+        except (OSError, socket.error) as exc:
+            raise RelayError('connect', 'cannot connect to its relay at %s port %d: %s' % (address, port, exc))
+        self.sock.settimeout(timeout)
+        self.rfile = self.sock.makefile('rb')
+        try:
+            banner = self.rfile.readline(256).decode('ascii', 'replace').split()
+            if not banner:
+                raise RelayError('refused', 'its relay closed the connection without a word (this host is not a '
+                                            'fleet address of this run?)')
+            if len(banner) != 3 or ' '.join(banner[:2]) != BANNER:
+                raise RelayError('protocol', 'its relay said %r, not %s' % (' '.join(banner)[:80], BANNER))
+            request = 'WANT %s %s\n' % (proof(secret, banner[2]), ' '.join('%s:%d' % w for w in wants))
+            self.sock.sendall(request.encode('ascii'))
+            reply = self.rfile.readline(256).decode('ascii', 'replace').split()
+        except socket.timeout:
+            self.close()
+            raise RelayError('connect', 'its relay did not answer within %d s' % timeout)
+        except (OSError, socket.error) as exc:
+            self.close()
+            raise RelayError('connect', 'its relay closed the connection: %s' % exc)
+        except RelayError:
+            self.close()
+            raise
+        if reply[:1] == ['NONE']:
+            self.etag = None
+        elif len(reply) == 3 and reply[0] == 'BLOB':
+            self.etag = reply[1]
+        else:
+            self.close()
+            raise RelayError('refused', 'its relay refused: %s' % (' '.join(reply) or 'connection closed'))
+
+    def read(self, n=PIECE):
+        """Up to n bytes; b'' at the end; socket.timeout when nothing came for the timeout."""
+        return self.rfile.read1(n) if hasattr(self.rfile, 'read1') else self.rfile.read(n)
+
+    def close(self):
+        try:
+            self.rfile.close()
+            self.sock.close()
+        except (OSError, socket.error):
+            pass
+
+
+def drop_privileges(uid, gid):
+    """Serve as the cache's owner, not as root (once the port is bound and the secret read)."""
+    if os.getuid() != 0:
+        return
+    if gid is not None:
+        os.setgroups([])
+        os.setgid(gid)
+    if uid is not None:
+        os.setuid(uid)
+
+
+def main(argv):
+    """relay.py CONFIG.json [-- COMMAND...]: serve; with a command (the rsync daemon), run it beside the relay and
+    end when it ends, so that the unit holds both or neither."""
+    if len(argv) < 2 or (len(argv) > 2 and argv[2] != '--'):
+        sys.stderr.write('usage: %s CONFIG.json [-- COMMAND...]\n' % argv[0])
+        return 2
+    cfg = load_config(argv[1])
+    server = make_server(cfg)
+    child = subprocess.Popen(argv[3:]) if len(argv) > 3 else None
+    drop_privileges(cfg.get('uid'), cfg.get('gid'))
+    sys.stderr.write('inkling relay: serving %s on %s port %d to %d fleet address(es)\n'
+                     % (cfg['blobs_dir'], cfg['address'], cfg['port'], len(cfg['allow'])))
+    sys.stderr.flush()
+    if child is None:
+        server.serve_forever()
+        return 0
+    worker = threading.Thread(target=server.serve_forever)
+    worker.daemon = True
+    worker.start()
+    return child.wait()
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))

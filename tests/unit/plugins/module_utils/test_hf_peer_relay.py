@@ -1,0 +1,224 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""The relay of the peer fan-out (module_utils/hf_peer_relay.py) with the receiver's side
+(hf_peer_fetch.receive_relay), over real sockets: what it streams, while a blob still arrives, to whom it refuses,
+and what the receiver keeps."""
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch as pf
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_relay as relay
+
+SECRET = 'this-runs-secret'
+PIECE = 256 * 1024
+BLOB = os.urandom(4 * PIECE + 123)
+ETAG = hashlib.sha256(BLOB).hexdigest()
+ENTRY = hc.FileEntry('model-00001-of-00002.safetensors', len(BLOB), ETAG, True)
+
+
+class Prog(object):
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.current = None
+
+
+class Src(object):
+    """What receive_relay reads of hf_peer_fetch.Sources."""
+
+    def __init__(self, port, secret=SECRET, switch_after_s=2):
+        self.addr = {'up': '127.0.0.1'}
+        self.p = {'relay_port': port, 'secret': secret, 'switch_after_s': switch_after_s}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def repo(root, name):
+    rdir = os.path.join(str(root), name)
+    os.makedirs(os.path.join(rdir, 'blobs'))
+    os.makedirs(pf.inbox_dir(rdir))
+    return rdir
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A relay on 127.0.0.1 serving the repository folder up/ (hold 0.3 s, stall 1 s)."""
+    rdir = repo(tmp_path, 'up')
+    secrets = tmp_path / 'secrets'
+    secrets.write_text('inkling-fleet:%s\n' % SECRET)
+    cfg = {'address': '127.0.0.1', 'port': free_port(), 'allow': ['127.0.0.1'], 'secrets_file': str(secrets),
+           'user': 'inkling-fleet', 'blobs_dir': os.path.join(rdir, 'blobs'), 'inbox': pf.inbox_dir(rdir),
+           'hold_s': 0.3, 'stall_s': 1}
+    (tmp_path / 'relay.json').write_text(json.dumps(cfg))
+    server = relay.make_server(relay.load_config(str(tmp_path / 'relay.json')))
+    worker = threading.Thread(target=server.serve_forever)
+    worker.daemon = True
+    worker.start()
+    yield {'rdir': rdir, 'port': cfg['port'], 'server': server, 'cfg': cfg}
+    server.shutdown()
+    server.server_close()
+
+
+def receive(port, down, entries=(ENTRY,), **kw):
+    got = []
+    res = pf.receive_relay(Src(port, **kw), 'up', down, list(entries), Prog(), got.append)
+    return res, got
+
+
+def test_a_verified_blob_is_streamed_and_moved_in_once_size_and_hash_are_the_hubs(tmp_path, served):
+    with open(os.path.join(served['rdir'], 'blobs', ETAG), 'wb') as f:
+        f.write(BLOB)
+    down = repo(tmp_path, 'down')
+    (got, kind, detail, dummy), verified = receive(served['port'], down)
+    assert (got, kind, detail) == (1, None, None)
+    assert verified == [ENTRY]
+    with open(hc.blob_path(down, ETAG), 'rb') as f:
+        assert f.read() == BLOB
+    assert os.listdir(pf.inbox_dir(down)) == []       # the partial became the blob
+
+
+def test_a_blob_is_streamed_on_while_it_still_arrives_at_the_source(tmp_path, served):
+    """The source writes the first piece, then waits until the receiver has it before it writes the rest: a relay
+    of whole blobs would wait for the rest first, and this test would fail on its timeout."""
+    part = relay.part_path(pf.inbox_dir(served['rdir']), ETAG)
+    down = repo(tmp_path, 'down')
+    theirs = relay.part_path(pf.inbox_dir(down), ETAG)
+    seen_early = []
+
+    def source_receives():
+        with open(part, 'wb', 0) as f:
+            f.write(BLOB[:PIECE])
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                if os.path.exists(theirs) and os.path.getsize(theirs) >= PIECE:
+                    seen_early.append(os.path.getsize(theirs))
+                    break
+                time.sleep(0.01)
+            f.write(BLOB[PIECE:])
+        os.rename(part, hc.blob_path(served['rdir'], ETAG))    # verified at the source: same file, final name
+    writer = threading.Thread(target=source_receives)
+    writer.start()
+    try:
+        (got, kind, dummy, dummy), verified = receive(served['port'], down)
+    finally:
+        writer.join()
+    assert seen_early and seen_early[0] < len(BLOB), 'the receiver had nothing before the source had the whole blob'
+    assert (got, kind, verified) == (1, None, [ENTRY])
+    assert os.path.getsize(hc.blob_path(down, ETAG)) == len(BLOB)
+
+
+def test_the_download_of_a_seed_is_streamed_from_its_incomplete_file(tmp_path, served):
+    with open(hc.incomplete_path(served['rdir'], ETAG), 'wb') as f:
+        f.write(BLOB)
+    (got, kind, dummy, dummy), dummy = receive(served['port'], repo(tmp_path, 'down'))
+    assert (got, kind) == (1, None)
+
+
+def test_the_first_blob_held_verified_comes_before_one_still_arriving(tmp_path, served):
+    other = os.urandom(1000)
+    other_entry = hc.FileEntry('config.json', len(other), hashlib.sha256(other).hexdigest(), True)
+    with open(relay.part_path(pf.inbox_dir(served['rdir']), ETAG), 'wb') as f:
+        f.write(BLOB[:10])
+    with open(hc.blob_path(served['rdir'], other_entry.etag), 'wb') as f:
+        f.write(other)
+    (got, kind, dummy, dummy), verified = receive(served['port'], repo(tmp_path, 'down'), [ENTRY, other_entry])
+    assert (got, kind, verified) == (1, None, [other_entry])
+
+
+@pytest.mark.parametrize('secret, allow, said', [
+    ('not-the-secret', ['127.0.0.1'], 'auth failed'),
+    (SECRET, ['10.0.0.1'], 'not a fleet address of this run'),
+])
+def test_the_relay_refuses_a_wrong_secret_and_an_address_outside_the_fleet(tmp_path, served, secret, allow, said):
+    with open(os.path.join(served['rdir'], 'blobs', ETAG), 'wb') as f:
+        f.write(BLOB)
+    served['server'].cfg['allow'] = set(allow)
+    down = repo(tmp_path, 'down')
+    (got, kind, detail, dummy), verified = receive(served['port'], down, secret=secret)
+    assert (got, kind, verified) == (0, 'relay', [])
+    assert said in detail
+    assert not os.path.exists(hc.blob_path(down, ETAG)) and os.listdir(pf.inbox_dir(down)) == []
+
+
+def test_a_forged_stream_is_rejected_and_nothing_is_kept(tmp_path, served):
+    forged = bytearray(BLOB)
+    forged[PIECE] ^= 1
+    with open(os.path.join(served['rdir'], 'blobs', ETAG), 'wb') as f:
+        f.write(bytes(forged))
+    down = repo(tmp_path, 'down')
+    (got, kind, detail, bad), verified = receive(served['port'], down)
+    assert (got, kind, bad, verified) == (0, 'hash', ENTRY, [])
+    assert 'hub says %s' % ETAG in detail
+    assert os.listdir(os.path.join(down, 'blobs')) == [] and os.listdir(pf.inbox_dir(down)) == []
+
+
+def test_a_source_that_holds_none_says_so_after_its_hold_time(tmp_path, served):
+    t0 = time.time()
+    (got, kind, dummy, dummy), dummy = receive(served['port'], repo(tmp_path, 'down'))
+    assert (got, kind) == (0, 'missing')
+    assert time.time() - t0 >= 0.3
+
+
+def test_a_blob_the_source_drops_as_wrong_ends_the_stream_at_once(tmp_path, served):
+    part = relay.part_path(pf.inbox_dir(served['rdir']), ETAG)
+    with open(part, 'wb') as f:
+        f.write(BLOB[:PIECE])
+
+    def drop():
+        time.sleep(0.3)
+        os.unlink(part)
+    threading.Thread(target=drop).start()
+    down = repo(tmp_path, 'down')
+    (got, kind, dummy, dummy), dummy = receive(served['port'], down, switch_after_s=30)
+    assert (got, kind) == (0, 'missing')            # the waiting rules decide, the source is not blamed
+    assert os.listdir(pf.inbox_dir(down)) == []
+
+
+def test_a_source_whose_transfer_stalls_ends_the_stream_after_its_stall_bound(tmp_path, served):
+    with open(relay.part_path(pf.inbox_dir(served['rdir']), ETAG), 'wb') as f:
+        f.write(BLOB[:PIECE])
+    t0 = time.time()
+    (got, kind, dummy, dummy), dummy = receive(served['port'], repo(tmp_path, 'down'), switch_after_s=30)
+    assert (got, kind) == (0, 'missing')
+    assert 1 <= time.time() - t0 < 10                 # the relay's stall_s (1 s), not the receiver's 35 s
+
+
+def test_a_source_without_a_relay_is_reported_for_rsync(tmp_path):
+    (got, kind, detail, dummy), dummy = receive(free_port(), repo(tmp_path, 'down'))
+    assert (got, kind) == (0, 'relay') and 'cannot connect' in detail
+
+
+def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served):
+    """As hf_peer_serve runs it: python relay.py CONFIG -- COMMAND (the rsync daemon)."""
+    with open(os.path.join(served['rdir'], 'blobs', ETAG), 'wb') as f:
+        f.write(BLOB)
+    cfg = dict(served['cfg'], port=free_port())
+    (tmp_path / 'mine.json').write_text(json.dumps(cfg))
+    proc = subprocess.Popen([sys.executable, relay.__file__, str(tmp_path / 'mine.json'), '--',
+                             sys.executable, '-c', 'import time; time.sleep(3)'])
+    try:
+        for dummy in range(50):
+            try:
+                socket.create_connection(('127.0.0.1', cfg['port']), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        (got, kind, dummy, dummy), dummy = receive(cfg['port'], repo(tmp_path, 'down'))
+        assert (got, kind) == (1, None)
+        assert proc.wait(10) == 0                     # ended with its command
+    finally:
+        if proc.poll() is None:
+            proc.kill()
