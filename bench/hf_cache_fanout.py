@@ -66,6 +66,14 @@ CACHE_DIR = '/srv/bench/hub'
 PER_CONNECTION_S = 0.15
 PER_FILE_S = 0.02
 PER_HOP_S = 0.4
+# the relay beside each daemon (hf_cache_peer_relay_port, module_utils/hf_peer_relay.py): a receiver streams a
+# blob while its source still receives it, so a hop lags by a piece: the seed's downloader writes 1 MiB at a time
+# (hf_download's chunk) and the relay sends what is on disk, at most 1 MiB at a time. Its per-hop delay is the
+# two 10 ms polls of the code (the relay's look at a file that did not grow, the receiver's wait for a source),
+# its connection cost one TCP connection and an HMAC per blob: the code's figures, not measured apart.
+RELAY_PIECE = 1024 * 1024
+RELAY_HOP_S = 0.02
+RELAY_CONNECTION_S = 0.01
 # Ansible's part of the wall time that T1 does not pay: the peer path's module tasks on every host. Each task
 # waits for every host, and one task on N hosts costs this controller more than on one (the podman connection
 # runs several podman commands per module run). Calibrated per run of the bench: the same task (the version
@@ -183,8 +191,9 @@ def write_inventory(hosts, path):
         json.dump(inv, f, indent=1)
 
 
-def write_vars(path, wheels, interval, controller_endpoint, degree, switch_after):
+def write_vars(path, wheels, interval, controller_endpoint, degree, switch_after, relay=True):
     data = {'hf_cache_peer_files_endpoint': controller_endpoint, 'hf_cache_peer_relay_degree': degree,
+            'hf_cache_peer_relay_port': 8874 if relay else 0,
             'hf_cache_peer_switch_after_s': switch_after, 'hf_cache_variant': {'name': 'bench', 'model': {'repo_id': REPO_ID, 'revision': 'main'}},
             'hf_cache_endpoint': 'http://%s:%d' % (HUB, HUB_PORT),
             'hf_cache_pip_wheelhouse': wheels,
@@ -309,7 +318,7 @@ def relay_seconds(log):
         text = re.sub(r'\s+', ' ', f.read())
     jobs = [(int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else None) for m in re.finditer(
         r"against the hub'+s hashes \(\d+ blobs, [^)]*\) in (\d+) s, (\d+) s of it waiting"
-        r"(?: for a source, in (\d+) rsync connection)?", text)]
+        r"(?: for a source, in (\d+) (?:rsync )?connection)?", text)]
     if not jobs:
         return None
     return min(j[0] for j in jobs), max(j[0] for j in jobs), min(jobs)[1], min(jobs)[2]
@@ -327,6 +336,8 @@ def main():
     ap.add_argument('--kill', type=int, default=4, help='the relay host killed in the last run, 1-based; 0: none')
     ap.add_argument('--kill-at', type=float, default=0.4, help='kill it once it holds this share of the blobs')
     ap.add_argument('--hub-all', action='store_true', help='also measure hub on every host')
+    ap.add_argument('--no-relay', action='store_true',
+                    help='hf_cache_peer_relay_port 0: whole blobs by rsync only (what the role did before the relay)')
     ap.add_argument('--no-lab-up', action='store_true',
                     help='do not run lab/lab.sh up --services-only (the lab services run, started from another checkout)')
     ap.add_argument('--rate', default='50mbit', help='tc rate of every link, hub and hosts (default 50mbit)')
@@ -350,7 +361,8 @@ def main():
     results = []
     try:
         endpoint = start_hub()
-        write_vars(varsfile, wheels, args.progress_interval, endpoint, args.degree, args.switch_after)
+        write_vars(varsfile, wheels, args.progress_interval, endpoint, args.degree, args.switch_after,
+                   not args.no_relay)
         run(['bash', 'lab/scripts/hosts.sh'] + hosts)
         shape([HUB] + hosts, args.rate)
         playbook(inventory, varsfile, hosts, os.path.join(WORK, 'install.log'), ['--tags', 'hf_cache_install'])
@@ -387,10 +399,17 @@ def file_sizes(commit):
     return [size for dummy, size in sorted(out)]
 
 
+def costs(args, per_file_s=PER_FILE_S):
+    """The model's parameters for the relay measured: pieces by the relay, or whole blobs by rsync."""
+    if args.no_relay:
+        return {'per_file_s': per_file_s, 'per_hop_s': PER_HOP_S, 'per_connection_s': PER_CONNECTION_S}
+    return {'per_file_s': per_file_s, 'per_hop_s': RELAY_HOP_S, 'per_connection_s': RELAY_CONNECTION_S,
+            'piece_bytes': RELAY_PIECE}
+
+
 def model(hosts, args, sizes, degree=None):
     """The schedule model for this snapshot, every link args.rate."""
-    return hf_fanout.schedule(hosts, sizes, rate_bps(args.rate), degree=degree or args.degree,
-                              per_file_s=PER_FILE_S, per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S)
+    return hf_fanout.schedule(hosts, sizes, rate_bps(args.rate), degree=degree or args.degree, **costs(args))
 
 
 def report(results, hosts, args, files, total, bps, sizes):
@@ -400,10 +419,11 @@ def report(results, hosts, args, files, total, bps, sizes):
     pred = model(n, args, sizes)
     extra, per_task_n, per_task_1 = ansible_extra(hosts)
     predicted = t1 + pred['makespan_s'] - one['makespan_s'] + extra
-    print('hf_cache staging of %s (%d files, %.1f MB), every link %s%s (one copy on the wire: %.1f s), relay degree %d, %s'
-          % (REPO_ID, files, total / 1e6, args.rate,
-             ', one FIFO' if os.environ.get('LAB_SHAPE_FIFO') == '1' else ', ACKs first',
-             total * 8 / bps, args.degree, time.strftime('%Y-%m-%d')))
+    print('hf_cache staging of %s (%d files, %.1f MB), every link %s%s (one copy on the wire: %.1f s), relay degree %d, '
+          '%s, %s' % (REPO_ID, files, total / 1e6, args.rate,
+                      ', one FIFO' if os.environ.get('LAB_SHAPE_FIFO') == '1' else ', ACKs first',
+                      total * 8 / bps, args.degree, 'whole blobs by rsync' if args.no_relay else 'pieces by the relay',
+                      time.strftime('%Y-%m-%d')))
     print('%-6s %6s %-22s %9s %7s %10s %11s %10s %6s'
           % ('mode', 'hosts', 'case', 'wall (s)', 'x T1', 'hub MB', 'x snapshot', 'model (s)', 'load'))
     for mode, count, case, wall, served, load, dummy in results:
@@ -428,13 +448,13 @@ def report(results, hosts, args, files, total, bps, sizes):
             wire = sum(sizes) * 8 / rate_bps(args.rate)
             per_file = max((first - wire) / len(sizes), 0.0)
             print('first receiver: jobs of %s s, of which %s s waiting for the seed (it copies while the seed '
-                  'downloads); %s rsync connections for %d blobs'
+                  'downloads); %s connections for %d blobs'
                   % (', '.join('%d' % x[0] for x in relays), ', '.join('%d' % x[2] for x in relays),
                      ', '.join('-' if x[3] is None else '%d' % x[3] for x in relays), len(sizes)))
-            for label, cost, conn in (('model', PER_FILE_S, PER_CONNECTION_S),
-                                      ('model calibrated (%.2f s per file)' % per_file, per_file, 0.0)):
-                ready = hf_fanout.schedule(n, sizes, rate_bps(args.rate), degree=args.degree, per_file_s=cost,
-                                           per_hop_s=PER_HOP_S, per_connection_s=conn)['makespan_s']
+            for label, kw in (('model', costs(args)),
+                              ('model calibrated (%.2f s per file)' % per_file, dict(costs(args, per_file),
+                                                                                     per_connection_s=0.0))):
+                ready = hf_fanout.schedule(n, sizes, rate_bps(args.rate), degree=args.degree, **kw)['makespan_s']
                 rmed = statistics.median([x[1] for x in relays])
                 print('relay (the last receiver\'s job, started with the seed\'s download): runs %s, median %.0f s; '
                       '%s %.1f s, %.0f%% off %s' % (', '.join('%d' % x[1] for x in relays), rmed, label, ready,
@@ -456,8 +476,7 @@ def report(results, hosts, args, files, total, bps, sizes):
     print('model (transfer only, no Ansible; T1 = %.1f s on the wire here): hosts, chain x T1, best degree (x T1)'
           % one['makespan_s'])
     for count in (8, 64, 256, 1024):
-        best, preds = hf_fanout.best_degree(count, sizes, rate_bps(args.rate), per_file_s=PER_FILE_S,
-                                            per_hop_s=PER_HOP_S, per_connection_s=PER_CONNECTION_S)
+        best, preds = hf_fanout.best_degree(count, sizes, rate_bps(args.rate), **costs(args))
         print('  %5d hosts: chain %.2f x, best degree %d: %.2f x'
               % (count, preds[1] / one['makespan_s'], best, preds[best] / one['makespan_s']))
     print('load: 1-minute load average of this machine (%d CPUs) when the run ended' % os.cpu_count())

@@ -259,7 +259,16 @@ def main(argv):
         sys.stderr.write('usage: %s CONFIG.json [-- COMMAND...]\n' % argv[0])
         return 2
     cfg = load_config(argv[1])
-    server = make_server(cfg)
+    try:
+        server = make_server(cfg)
+    except (OSError, socket.error) as exc:
+        # the relay only speeds the copy up: without it the receivers take whole blobs by rsync
+        sys.stderr.write('inkling relay: cannot listen on %s port %d (%s); the rsync daemon serves alone\n'
+                         % (cfg['address'], cfg['port'], exc))
+        sys.stderr.flush()
+        if len(argv) > 3:
+            os.execv(argv[3], argv[3:])
+        return 1
     child = subprocess.Popen(argv[3:]) if len(argv) > 3 else None
     drop_privileges(cfg.get('uid'), cfg.get('gid'))
     sys.stderr.write('inkling relay: serving %s on %s port %d to %d fleet address(es)\n'

@@ -208,7 +208,7 @@ def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served)
     cfg = dict(served['cfg'], port=free_port())
     (tmp_path / 'mine.json').write_text(json.dumps(cfg))
     proc = subprocess.Popen([sys.executable, relay.__file__, str(tmp_path / 'mine.json'), '--',
-                             sys.executable, '-c', 'import time; time.sleep(3)'])
+                             sys.executable, '-c', 'import time; time.sleep(2)'])
     try:
         for dummy in range(50):
             try:
@@ -222,3 +222,20 @@ def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_port_taken_by_another_process_leaves_the_command_running_alone(tmp_path, served):
+    """The relay only speeds the copy up: when it cannot listen, the unit still holds the rsync daemon."""
+    taken = socket.socket()
+    taken.bind(('127.0.0.1', 0))
+    taken.listen(1)
+    cfg = dict(served['cfg'], port=taken.getsockname()[1])
+    (tmp_path / 'taken.json').write_text(json.dumps(cfg))
+    try:
+        proc = subprocess.run([sys.executable, relay.__file__, str(tmp_path / 'taken.json'), '--', sys.executable,
+                               '-c', 'print("the daemon ran")'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=30, check=False)
+    finally:
+        taken.close()
+    assert proc.returncode == 0 and proc.stdout.strip() == 'the daemon ran'
+    assert 'cannot listen on 127.0.0.1 port %d' % cfg['port'] in proc.stderr and 'serves alone' in proc.stderr
