@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""The transfers of hf_peer_copy (one receiver of the hf_cache peer fan-out): its sources (the peers' rsync
-daemons, in the relay's order, the ones dropped and why), one blob per rsync connection (``receive``) or every
-blob a source holds of those this host lacks in one connection (``receive_batch``), each hashed while it arrives
-and moved in under its final name only when its size and hash are the hub's."""
+"""The transfers of hf_peer_copy (one receiver of the hf_cache peer fan-out): its sources (the peers' relays and
+rsync daemons, in the relay's order, the ones dropped and why), one blob streamed by a source's relay while the
+source still receives it (``receive_relay``), one blob per rsync connection (``receive``) or every blob a source
+holds of those this host lacks in one rsync connection (``receive_batch``), each hashed while it arrives and moved
+in under its final name only when its size and hash are the hub's."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -37,7 +38,7 @@ def stalled(last, t):
 
 
 def stall_detail(t):
-    return 'no data for %d s (the source host may be gone); rsync stopped' % (t + STALL_GRACE_S)
+    return 'no data for %d s (the source host may be gone); the transfer was stopped' % (t + STALL_GRACE_S)
 
 
 def err_line(err):
@@ -234,7 +235,9 @@ INBOX = 'incoming'
 
 
 def inbox_dir(rdir):
-    """Where a batch's rsync writes (under the state directory: same file system as blobs/, never served)."""
+    """Where a batch's rsync writes and the relay's blobs arrive (under the state directory: same file system as
+    blobs/; the rsync daemon never serves it, this host's relay streams the ``ETAG.part`` files in it on while they
+    arrive)."""
     return os.path.join(hc.state_dir(rdir), INBOX)
 
 
@@ -402,6 +405,9 @@ def receive_relay(src, name, rdir, entries, prog, on_verified):
                                       [(e.etag, e.size) for e in entries], t + STALL_GRACE_S)
     except hf_peer_relay.RelayError as exc:
         return 0, 'relay', str(exc), None
+    # it answered with this run's secret: from now on it has switch_after_s to answer (as after a listing)
+    src.answered.add(name)
+    src.silent_since.pop(name, None)
     if stream.etag is None:
         stream.close()
         return 0, 'missing', None, None
@@ -413,12 +419,14 @@ def receive_relay(src, name, rdir, entries, prog, on_verified):
     if not os.path.isdir(inbox):
         os.makedirs(inbox)
     part = hf_peer_relay.part_path(inbox, entry.etag)
+    if os.path.lexists(part):
+        os.unlink(part)        # never truncated in place: this host's relay may still stream that file
     hasher = hc.new_hasher(entry)
     seen, why = 0, None
     with prog.lock:
         prog.current = (entry, lambda: [part])
     try:
-        with open(part, 'wb', 0) as out:
+        with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), 'wb', 0) as out:
             while seen < entry.size:
                 try:
                     data = stream.read(min(READ_CHUNK, entry.size - seen))

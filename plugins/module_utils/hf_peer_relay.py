@@ -41,7 +41,9 @@ except ImportError:          # pragma: no cover (Python 2 has no use for this fi
 BANNER = 'INKLING-RELAY 1'
 ETAG = re.compile(r'^[0-9a-f]{40}$|^[0-9a-f]{64}$')
 PIECE = 1024 * 1024
-MAX_REQUEST = 1024 * 1024
+MAX_REQUEST = 256 * 1024          # the wants of a snapshot of some 2,000 files
+MAX_CLIENTS = 64                  # as the rsync daemon's max connections
+HANDSHAKE_S = 10
 PART_SUFFIX = '.part'
 
 
@@ -103,22 +105,32 @@ class Blobs(object):
         return None
 
 
+def inode(path):
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 def stream_file(send, path, size, final, stall_s, piece=PIECE):
-    """Send the first size bytes of path while it grows; when it stops growing for stall_s (its writer died, or
-    it was removed as wrong and final does not hold it), stop. Returns the bytes sent. final is the name the file
-    gets once verified: a rename keeps the open file, a removal does not, so a file that vanished without final
-    appearing is given up at once."""
+    """Send the first size bytes of path while it grows. final is the name the file gets once this host verified
+    it (a rename, which keeps the open file): until final is this very file, the last byte is held back, so that
+    no receiver completes a blob this host has not verified. Stops when the file is gone or replaced without
+    becoming final (it failed verification here: the receiver throws its copy away and asks again), or when it
+    did not grow for stall_s (this host's own transfer of it stalled). Returns the bytes sent."""
     sent = 0
     last = time.time()
     with open(path, 'rb') as f:
+        mine = os.fstat(f.fileno()).st_ino
         while sent < size:
-            data = f.read(min(piece, size - sent))
+            verified = inode(final) == mine
+            data = f.read(min(piece, size - sent - (0 if verified else 1)))
             if data:
                 send(data)
                 sent += len(data)
                 last = time.time()
                 continue
-            if not os.path.exists(path) and not os.path.exists(final):
+            if not verified and inode(path) != mine:
                 break
             if time.time() - last > stall_s:
                 break
@@ -133,13 +145,27 @@ class Handler(socketserver.StreamRequestHandler if socketserver else object):
         cfg = self.server.cfg
         if plain_address(self.client_address[0]) not in cfg['allow']:
             return
-        self.connection.settimeout(cfg['stall_s'])
+        if not self.server.slots.acquire(False):
+            self.wfile.write(b'NO busy\n')
+            return
+        try:
+            self.serve(cfg)
+        finally:
+            self.server.slots.release()
+
+    def serve(self, cfg):
+        self.connection.settimeout(HANDSHAKE_S)
         challenge = os.urandom(16).hex()
         self.wfile.write(('%s %s\n' % (BANNER, challenge)).encode('ascii'))
-        line = self.rfile.readline(MAX_REQUEST).decode('ascii', 'replace').split()
-        if len(line) < 2 or line[0] != 'WANT' or not hmac.compare_digest(line[1], proof(cfg['secret'], challenge)):
+        started = time.time()
+        raw = self.rfile.readline(MAX_REQUEST)
+        line = raw.decode('ascii', 'replace').split()
+        expected = proof(cfg['secret'], challenge).encode('ascii')
+        if (time.time() - started > HANDSHAKE_S or not raw.endswith(b'\n') or len(line) < 2 or line[0] != 'WANT'
+                or not hmac.compare_digest(line[1].encode('ascii', 'replace'), expected)):
             self.wfile.write(b'NO auth failed\n')
             return
+        self.connection.settimeout(cfg['stall_s'])
         wants = []
         for item in line[2:]:
             etag, sep, size = item.partition(':')
@@ -172,6 +198,7 @@ def make_server(cfg):
 
     server = Server((cfg['address'], cfg['port']), Handler)
     server.cfg = cfg
+    server.slots = threading.BoundedSemaphore(MAX_CLIENTS)
     return server
 
 
@@ -195,9 +222,9 @@ class Stream(object):
     """A receiver's request to a source's relay: connect, prove the secret, name the blobs it lacks; then
     ``entry`` is the one the source streams (None: it held none of them within its hold time)."""
 
-    def __init__(self, address, port, secret, wants, timeout):
+    def __init__(self, address, port, secret, wants, timeout, connect_timeout=5):
         try:
-            self.sock = socket.create_connection((address, port), timeout=timeout)
+            self.sock = socket.create_connection((address, port), timeout=min(timeout, connect_timeout))
         except (OSError, socket.error) as exc:
             raise RelayError('connect', 'cannot connect to its relay at %s port %d: %s' % (address, port, exc))
         self.sock.settimeout(timeout)
@@ -243,10 +270,10 @@ class Stream(object):
 
 def drop_privileges(uid, gid):
     """Serve as the cache's owner, not as root (once the port is bound and the secret read)."""
-    if os.getuid() != 0:
+    if os.getuid() != 0 or (uid is None and gid is None):
         return
+    os.setgroups([])
     if gid is not None:
-        os.setgroups([])
         os.setgid(gid)
     if uid is not None:
         os.setuid(uid)

@@ -10,17 +10,19 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: hf_peer_copy
-short_description: Receive a hub cache snapshot file by file from fleet peers, relaying each verified file at once
+short_description: Receive a hub cache snapshot from fleet peers while they still receive it, relaying it on
 version_added: 0.2.0
 description:
   - One receiver's part of the C(peer) fan-out of the C(inkling.fleet.hf_cache) role, meant to run as an async
     task on every host that does not hold the snapshot, all at once.
   - 'A pipelined relay: the receiver takes each blob of the snapshot from its parent in the relay (a chain with
-    O(degree=1), a tree otherwise; see C(relay_parents) in C(plugins/module_utils/hf_fanout.py)) as soon as the
-    parent holds it, while the rest is still arriving, and passes it on itself as soon as it verified it: a
-    blob appears under its final name C(blobs/ETAG), which the host''s rsync daemon serves, only after its hash
-    matched. N hosts finish in about one transfer time plus one file per hop, and the hub sends the snapshot once.'
-  - 'When the source holds several blobs this host lacks (it fell behind, or started after its source), they come
+    O(degree=1), a tree otherwise; see C(relay_parents) in C(plugins/module_utils/hf_fanout.py)). With
+    O(relay_port), the parent''s relay streams the blob while the parent still receives it and this host''s
+    relay streams it on as it arrives here, so each hop lags by a piece; the last byte of a blob is sent only
+    once the sender verified it. A blob appears under its final name C(blobs/ETAG), which the host''s rsync
+    daemon serves, only after its hash matched here. N hosts finish in about one transfer time plus a piece per
+    hop (one file per hop by rsync alone), and the hub sends the snapshot once.'
+  - 'By rsync (no O(relay_port), or a source whose relay cannot be used): when the source holds several blobs this host lacks (it fell behind, or started after its source), they come
     in one rsync connection (C(--files-from) the blob names, into C(.inkling/incoming/)); each is hashed while it
     arrives and moved in as soon as it is complete and verified, while the rest of the batch arrives. Right after
     a blob came the receiver asks for everything it still lacks the same way. A single blob is taken alone into
@@ -35,13 +37,16 @@ description:
     role says C(abort) in O(control_file), the receiver returns RV(holder=false) with RV(reason=no_source); the
     role then fetches what it still lacks from the hub. Each switch is named in RV(switches), the result''s
     message and the progress file.'
-  - 'The peers'' daemons answer only the fleet''s addresses and only with O(secret) (rsync daemon authentication,
-    C(auth users) and a C(secrets file) of mode 0600); the secret is handed to rsync in its environment,
-    never on a command line.'
+  - 'The peers'' daemons and relays answer only the fleet''s addresses and only with O(secret) (rsync daemon
+    authentication, C(auth users) and a C(secrets file) of mode 0600; the relay, HMAC-SHA256 of its random
+    challenge); the secret is handed to rsync in its environment, never on a command line, and never sent to a
+    relay.'
   - Once every blob is there, it writes the snapshot links (relative, F10), checks that every shard named by
     C(model.safetensors.index.json) resolves, then refs, owner and modes, this host's manifest and the completion
     marker (last).
   - Needs C(rsync) on the host and only the Python standard library.
+  - A source whose relay answered with the secret once, or whose daemon answered a listing, is dropped after
+    O(switch_after_s) without an answer; one never seen answering gets O(start_timeout_s).
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
@@ -284,6 +289,11 @@ copy_s:
   description: Seconds from the start to the end of the job.
   returned: always
   type: float
+relay_fallbacks:
+  description: Peers whose relay could not be used (not running, refused, gone), each with why; blobs were asked of
+    them by rsync for the rest of the run.
+  returned: always
+  type: dict
 failed_sources:
   description: Peers dropped as sources, in order.
   returned: always
@@ -345,6 +355,10 @@ def finish(module, result, prog, state, note=None):
 
 def describe(result):
     parts = []
+    if result.get('relay_fallbacks'):
+        parts.append('took whole blobs by rsync from %s (%s)' % (
+            ', '.join(sorted(result['relay_fallbacks'])),
+            '; '.join('%s: %s' % kv for kv in sorted(result['relay_fallbacks'].items()))))
     if result['switches']:
         parts.append('switched source %d time(s): %s' % (len(result['switches']), '; '.join(result['switches'])))
     if result['rejected']:
@@ -391,7 +405,7 @@ def run(module):
     src = pf.Sources(p)
     result = {'changed': False, 'holder': False, 'revision': p['revision'], 'problems': [], 'hashed_files': 0,
               'connections': 0, 'waited_s': 0.0, 'copy_s': 0.0, 'failed_sources': src.failed, 'copy_errors': src.errors,
-              'switches': src.switches, 'rejected': [], 'sources': {},
+              'switches': src.switches, 'rejected': [], 'sources': {}, 'relay_fallbacks': src.no_relay,
               'bytes_total': sum(e.size for e in blobs), 'files_total': len(blobs)}
     have = pf.local_blobs(rdir, blobs)
     result['hashed_files'] = len(have)
@@ -458,15 +472,17 @@ def run(module):
             prog.extra['source'] = cur
         if src.relay(cur):
             # the source streams the first blob this host lacks that it holds or is receiving now, piece by piece
+            asked = time.time()
             got, kind, detail, bad = pf.receive_relay(src, cur, rdir, need, prog, lambda e, c=cur: verified(e, c))
             if kind == 'relay':
-                # not usable (not running, refused): rsync from this source, as before the relay
+                # not usable (not running, refused, gone): rsync from this source, as before the relay; its
+                # listing decides whether the source is gone
                 src.no_relay[cur] = detail
                 continue
             if kind != 'missing':
                 result['connections'] += 1
                 if waiting is not None:
-                    result['waited_s'] = round(result['waited_s'] + time.time() - waiting, 1)
+                    result['waited_s'] = round(result['waited_s'] + asked - waiting, 1)
                     waiting = None
                 if kind is not None:
                     failed(cur, kind, detail, bad)

@@ -10,13 +10,14 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: hf_peer_serve
-short_description: Start the read-only rsync daemon of the peer fan-out, with this run's secret
+short_description: Start the read-only rsync daemon and relay of the peer fan-out, with this run's secret
 version_added: 0.2.0
 description:
   - 'Part of the C(peer) source of the C(inkling.fleet.hf_cache) role: in one step (one module run instead of four
     tasks, which the peer staging of a fleet waits for), creates the copy jobs'' runtime directory O(rundir), writes
     the daemon''s secrets file O(secrets_path) (C(USER:SECRET), mode 0600, root) and its configuration
-    O(config_path) (mode 0600), and starts C(rsync --daemon) as the transient systemd unit O(unit).'
+    O(config_path) (mode 0600), and starts C(rsync --daemon) as the transient systemd unit O(unit) (with
+    O(relay_port), the relay as the unit's process, running the daemon beside it).'
   - When the unit stops, for whatever reason, systemd removes the configuration, the secrets file and the runtime
     directory (C(ExecStopPost)).
   - 'With O(pid_file), it first ends what a killed run left (its copy job, found through O(pid_file), the unit
@@ -158,9 +159,9 @@ def write_private(path, text):
     os.rename(tmp, path)
 
 
-def relay_command(p):
+def relay_command(p, ids):
     """Write the relay's script and configuration to the run directory; the command that runs it."""
-    uid, gid = hc.resolve_owner(p['relay_owner'], p['relay_group'])
+    uid, gid = ids
     cfg = {'address': p['address'], 'port': p['relay_port'], 'allow': sorted(set(p['relay_allow'])),
            'secrets_file': p['secrets_path'], 'user': p['user'],
            'blobs_dir': os.path.join(p['relay_repo_dir'], 'blobs'), 'inbox': hf_peer_fetch.inbox_dir(p['relay_repo_dir']),
@@ -202,6 +203,13 @@ def main():
                              'network.' % os.uname()[1])
     if p['relay_port'] and not (p['relay_repo_dir'] and p['address']):
         module.fail_json(msg='%s: relay_port needs relay_repo_dir and address' % os.uname()[1])
+    ids = (None, None)
+    if p['relay_port']:
+        try:
+            ids = hc.resolve_owner(p['relay_owner'], p['relay_group'])
+        except hc.HfCacheError as exc:
+            module.fail_json(msg='%s: the relay cannot serve as %s:%s: %s' % (os.uname()[1], p['relay_owner'],
+                                                                              p['relay_group'], exc))
     extra = {}
     if p['pid_file']:
         extra['reset'] = hf_peer_daemon.reset(module, p['unit'], p['pid_file'], p['remove'])
@@ -222,7 +230,7 @@ def main():
             '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir']),
             '/usr/bin/rsync', '--daemon', '--no-detach', '--config=%s' % p['config_path']]
     if p['relay_port']:
-        argv[-4:-4] = relay_command(p)
+        argv[-4:-4] = relay_command(p, ids)
     rc, out, err = module.run_command(argv)
     if rc != 0:
         module.fail_json(msg='%s: cannot start the rsync daemon %s: %s' % (os.uname()[1], p['unit'], (err or out).strip()))

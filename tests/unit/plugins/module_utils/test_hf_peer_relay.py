@@ -182,9 +182,59 @@ def test_a_blob_the_source_drops_as_wrong_ends_the_stream_at_once(tmp_path, serv
         os.unlink(part)
     threading.Thread(target=drop).start()
     down = repo(tmp_path, 'down')
+    t0 = time.time()
     (got, kind, dummy, dummy), dummy = receive(served['port'], down, switch_after_s=30)
     assert (got, kind) == (0, 'missing')            # the waiting rules decide, the source is not blamed
+    assert time.time() - t0 < 0.9                     # at the removal, not after the relay's stall_s (1 s)
     assert os.listdir(pf.inbox_dir(down)) == []
+
+
+def test_the_last_byte_waits_until_the_source_verified_the_blob(tmp_path, served):
+    part = relay.part_path(pf.inbox_dir(served['rdir']), ETAG)
+    with open(part, 'wb') as f:
+        f.write(BLOB)                                 # all there, not verified yet
+    down = repo(tmp_path, 'down')
+    theirs = relay.part_path(pf.inbox_dir(down), ETAG)
+    sizes = []
+
+    def verify_later():
+        time.sleep(0.5)
+        sizes.append(os.path.getsize(theirs))
+        os.rename(part, hc.blob_path(served['rdir'], ETAG))
+    checker = threading.Thread(target=verify_later)
+    checker.start()
+    (got, kind, dummy, dummy), verified = receive(served['port'], down)
+    checker.join()
+    assert sizes == [len(BLOB) - 1]                   # everything but the last byte before the source verified
+    assert (got, kind, verified) == (1, None, [ENTRY])
+
+
+def test_a_blob_that_fails_verification_at_the_source_costs_the_receiver_nothing_but_the_blob(tmp_path, served):
+    """The source received a forged blob whole and streamed it on; its check fails and removes it: the receiver
+    never completes it, so it does not blame (and drop) the honest source, and keeps nothing."""
+    forged = bytearray(BLOB)
+    forged[-1] ^= 1
+    part = relay.part_path(pf.inbox_dir(served['rdir']), ETAG)
+    with open(part, 'wb') as f:
+        f.write(bytes(forged))
+
+    def reject_later():
+        time.sleep(0.5)
+        os.unlink(part)
+    threading.Thread(target=reject_later).start()
+    down = repo(tmp_path, 'down')
+    (got, kind, dummy, bad), verified = receive(served['port'], down, switch_after_s=30)
+    assert (got, kind, bad, verified) == (0, 'missing', None, [])
+    assert os.listdir(os.path.join(down, 'blobs')) == [] and os.listdir(pf.inbox_dir(down)) == []
+
+
+def test_a_proof_that_is_not_ascii_is_refused_like_a_wrong_one(served):
+    with socket.create_connection(('127.0.0.1', served['port']), 5) as sock:
+        f = sock.makefile('rwb')
+        assert f.readline().startswith(b'INKLING-RELAY 1 ')
+        f.write(b'WANT \xff\xfe%s:1\n' % (b'0' * 64))
+        f.flush()
+        assert f.readline() == b'NO auth failed\n'
 
 
 def test_a_source_whose_transfer_stalls_ends_the_stream_after_its_stall_bound(tmp_path, served):
@@ -208,7 +258,7 @@ def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served)
     cfg = dict(served['cfg'], port=free_port())
     (tmp_path / 'mine.json').write_text(json.dumps(cfg))
     proc = subprocess.Popen([sys.executable, relay.__file__, str(tmp_path / 'mine.json'), '--',
-                             sys.executable, '-c', 'import time; time.sleep(2)'])
+                             sys.executable, '-c', 'import time; time.sleep(3)'])
     try:
         for dummy in range(50):
             try:
