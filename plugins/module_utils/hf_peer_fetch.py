@@ -394,8 +394,9 @@ def receive_relay(src, name, rdir, entries, prog, on_verified):
     once its size and hash are the hub's.
 
     Returns ``(got, kind, detail, entry)`` like receive_batch: got 1 or 0; kind None (a blob came), ``'missing'``
-    (the source held none of them within its hold time, or stopped streaming the blob because its own transfer of it
-    stalled or failed), ``'relay'`` (its relay could not be used: refused, not
+    (the source held none of them within its hold time; detail ``'ended'``: it stopped streaming the blob, because
+    its own transfer of it stalled or failed, or it went away), ``'gone'`` (its relay answered before in this run
+    and now cannot be reached), ``'relay'`` (its relay could not be used: refused, not
     running, not answering; detail says why: the copy falls back to rsync for this source), ``'rsync'`` (the
     connection broke), ``'stalled'`` (no byte for switch_after_s + STALL_GRACE_S) or ``'hash'``."""
     t = src.p['switch_after_s']
@@ -404,6 +405,11 @@ def receive_relay(src, name, rdir, entries, prog, on_verified):
         stream = hf_peer_relay.Stream(src.addr[name], src.p['relay_port'], src.p['secret'],
                                       [(e.etag, e.size) for e in entries], t + STALL_GRACE_S)
     except hf_peer_relay.RelayError as exc:
+        if exc.kind == 'connect' and name in src.answered:
+            # its relay answered with this run's secret before and runs in the unit of its rsync daemon: the host,
+            # or its daemon's unit, is gone (a killed relay host: drop it now, before the hosts behind this one
+            # give up waiting on it)
+            return 0, 'gone', str(exc), None
         return 0, 'relay', str(exc), None
     # it answered with this run's secret: from now on it has switch_after_s to answer (as after a listing)
     src.answered.add(name)
@@ -452,7 +458,8 @@ def receive_relay(src, name, rdir, entries, prog, on_verified):
         if why == 'stalled':
             return 0, 'stalled', stall_detail(t), entry
         if why == 'ended':
-            return 0, 'missing', None, None      # as if it lacked it: the waiting rules decide
+            # the source's own transfer of it stalled or failed (or the source ended): ask again at once
+            return 0, 'missing', 'ended', None
         return 0, 'rsync', 'the relay stream of %s %s' % (entry.path, why), entry
     wrong = verdict(entry, seen, hasher.hexdigest())
     if wrong:

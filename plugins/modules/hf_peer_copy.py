@@ -475,9 +475,16 @@ def run(module):
             asked = time.time()
             got, kind, detail, bad = pf.receive_relay(src, cur, rdir, need, prog, lambda e, c=cur: verified(e, c))
             if kind == 'relay':
-                # not usable (not running, refused, gone): rsync from this source, as before the relay; its
-                # listing decides whether the source is gone
+                # not usable (not running, refused): rsync from this source, as before the relay; its listing
+                # decides whether the source is gone
                 src.no_relay[cur] = detail
+                continue
+            if kind == 'gone':
+                src.drop(cur, 'its relay answered before and now does not (%s)' % detail)
+                continue
+            if kind == 'missing' and detail == 'ended':
+                # the stream broke off: its source's own transfer stalled or failed, or the source went away; the
+                # next request says which (a source that went away is dropped at once), with no wait counted
                 continue
             if kind != 'missing':
                 result['connections'] += 1

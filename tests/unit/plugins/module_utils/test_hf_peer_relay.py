@@ -38,6 +38,8 @@ class Src(object):
     def __init__(self, port, secret=SECRET, switch_after_s=2):
         self.addr = {'up': '127.0.0.1'}
         self.p = {'relay_port': port, 'secret': secret, 'switch_after_s': switch_after_s}
+        self.answered = set()
+        self.silent_since = {}
 
 
 def free_port():
@@ -121,8 +123,14 @@ def test_a_blob_is_streamed_on_while_it_still_arrives_at_the_source(tmp_path, se
 
 
 def test_the_download_of_a_seed_is_streamed_from_its_incomplete_file(tmp_path, served):
-    with open(hc.incomplete_path(served['rdir'], ETAG), 'wb') as f:
+    inc = hc.incomplete_path(served['rdir'], ETAG)
+    with open(inc, 'wb') as f:
         f.write(BLOB)
+
+    def seed_verifies():
+        time.sleep(0.3)
+        os.rename(inc, hc.blob_path(served['rdir'], ETAG))     # hf_download's finish_blob
+    threading.Thread(target=seed_verifies).start()
     (got, kind, dummy, dummy), dummy = receive(served['port'], repo(tmp_path, 'down'))
     assert (got, kind) == (1, None)
 
@@ -184,7 +192,7 @@ def test_a_blob_the_source_drops_as_wrong_ends_the_stream_at_once(tmp_path, serv
     down = repo(tmp_path, 'down')
     t0 = time.time()
     (got, kind, dummy, dummy), dummy = receive(served['port'], down, switch_after_s=30)
-    assert (got, kind) == (0, 'missing')            # the waiting rules decide, the source is not blamed
+    assert (got, kind) == (0, 'missing')            # asked again at once, the source is not blamed
     assert time.time() - t0 < 0.9                     # at the removal, not after the relay's stall_s (1 s)
     assert os.listdir(pf.inbox_dir(down)) == []
 
@@ -249,6 +257,20 @@ def test_a_source_whose_transfer_stalls_ends_the_stream_after_its_stall_bound(tm
 def test_a_source_without_a_relay_is_reported_for_rsync(tmp_path):
     (got, kind, detail, dummy), dummy = receive(free_port(), repo(tmp_path, 'down'))
     assert (got, kind) == (0, 'relay') and 'cannot connect' in detail
+
+
+def test_a_relay_that_answered_before_and_now_does_not_is_gone(tmp_path, served):
+    """A killed relay host: the receiver that had its answers says so at once, so that it leaves it before the
+    hosts behind it give up waiting on it."""
+    with open(os.path.join(served['rdir'], 'blobs', ETAG), 'wb') as f:
+        f.write(BLOB)
+    src = Src(served['port'])
+    res = pf.receive_relay(src, 'up', repo(tmp_path, 'down'), [ENTRY], Prog(), lambda e: None)
+    assert res[:2] == (1, None) and src.answered == {'up'}
+    served['server'].shutdown()
+    served['server'].server_close()
+    got, kind, detail, dummy = pf.receive_relay(src, 'up', repo(tmp_path, 'again'), [ENTRY], Prog(), lambda e: None)
+    assert (got, kind) == (0, 'gone') and 'cannot connect' in detail
 
 
 def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served):
