@@ -311,4 +311,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv))
+    raise SystemExit(main(sys.argv))

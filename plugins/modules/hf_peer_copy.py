@@ -22,8 +22,9 @@ description:
     once the sender verified it. A blob appears under its final name C(blobs/ETAG), which the host''s rsync
     daemon serves, only after its hash matched here. N hosts finish in about one transfer time plus a piece per
     hop (one file per hop by rsync alone), and the hub sends the snapshot once.'
-  - 'By rsync (no O(relay_port), or a source whose relay cannot be used): when the source holds several blobs this host lacks (it fell behind, or started after its source), they come
-    in one rsync connection (C(--files-from) the blob names, into C(.inkling/incoming/)); each is hashed while it
+  - 'By rsync (no O(relay_port), or a source whose relay cannot be used): when the source holds several blobs
+    this host lacks (it fell behind, or started after its source), they come in one rsync connection
+    (C(--files-from) the blob names, into C(.inkling/incoming/)); each is hashed while it
     arrives and moved in as soon as it is complete and verified, while the rest of the batch arrives. Right after
     a blob came the receiver asks for everything it still lacks the same way. A single blob is taken alone into
     C(blobs/ETAG.incomplete).'

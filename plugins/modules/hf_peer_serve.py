@@ -17,7 +17,7 @@ description:
     tasks, which the peer staging of a fleet waits for), creates the copy jobs'' runtime directory O(rundir), writes
     the daemon''s secrets file O(secrets_path) (C(USER:SECRET), mode 0600, root) and its configuration
     O(config_path) (mode 0600), and starts C(rsync --daemon) as the transient systemd unit O(unit) (with
-    O(relay_port), the relay as the unit's process, running the daemon beside it).'
+    O(relay_port), the relay as the unit''s process, running the daemon beside it).'
   - When the unit stops, for whatever reason, systemd removes the configuration, the secrets file and the runtime
     directory (C(ExecStopPost)).
   - 'With O(pid_file), it first ends what a killed run left (its copy job, found through O(pid_file), the unit
@@ -72,7 +72,7 @@ options:
     description:
       - With a port, the unit also runs the relay (module_utils C(hf_peer_relay), written to O(rundir) as
         C(relay.py) with its configuration C(relay.json), mode 0600) beside the rsync daemon, on O(address) and this
-        port; the unit ends when either ends. V(0): the rsync daemon alone.
+        port; the unit ends when either ends. V(0) runs the rsync daemon alone.
       - The relay streams the receivers of M(inkling.fleet.hf_peer_copy) a blob of O(relay_repo_dir) while this host
         still receives it, to the addresses of O(relay_allow) only, and only to a client that proves it holds
         O(secret) (HMAC-SHA256 of a random challenge; the secret never crosses the network).
