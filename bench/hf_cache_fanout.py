@@ -76,13 +76,13 @@ RELAY_HOP_S = 0.02
 RELAY_CONNECTION_S = 0.01
 # Ansible's part of the wall time that T1 does not pay: the peer path's module tasks on every host. Each task
 # waits for every host, and one task on N hosts costs this controller more than on one (the podman connection
-# runs several podman commands per module run). Calibrated per run of the bench: the same task (the version
-# read of the staging python) on N hosts in the warm-up and on one host in T1. SHARED: module tasks both paths
-# run, here on every host (the version read, the local verification with the cache directory and the address);
-# PEER_ONLY: tasks only the peer path runs on (nearly) every host (start the daemons, start the copies, stop the
-# daemons). See roles/hf_cache/tasks/stage_peer.yml.
-CALIBRATION_TASK = 'Read the huggingface_hub version in the staging virtual environment'
-ANSIBLE_SHARED_TASKS = 2
+# runs several podman commands per module run). Calibrated per run of the bench: the same task (the local check,
+# which also reads the staging environment's huggingface_hub version) on N hosts in the warm-up and on one host
+# in T1. SHARED: module tasks both paths run, here on every host (the local check with the cache directory and
+# the address); PEER_ONLY: tasks only the peer path runs on (nearly) every host (start the daemons, start the
+# copies, stop the daemons). See roles/hf_cache/tasks/stage_peer.yml.
+CALIBRATION_TASK = 'Verify the snapshot this host holds against its manifest (no hub contact)'
+ANSIBLE_SHARED_TASKS = 1
 ANSIBLE_PEER_ONLY_TASKS = 3
 
 sys.path.insert(0, os.path.join(REPO, 'collections'))

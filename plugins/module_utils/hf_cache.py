@@ -780,6 +780,60 @@ def default_route_address(probe=ROUTE_PROBE, socket_factory=None):
     return '' if address in (None, '', '0.0.0.0') else address
 
 
+def _dist_key(name):
+    """A distribution name as installers normalise it in a .dist-info folder's name (PEP 503, then '_')."""
+    return re.sub(r'[-_.]+', '_', name).lower()
+
+
+def venv_site_packages(venv):
+    """The site-packages folder of the virtual environment ``venv``: the one of the Python version its
+    ``pyvenv.cfg`` names (``version = 3.11.2``), else the only ``lib/python3.*/site-packages``; None when
+    there is none or it is ambiguous (two Python versions and no pyvenv.cfg to choose)."""
+    lib = os.path.join(venv, 'lib')
+    try:
+        found = sorted(d for d in os.listdir(lib) if re.match(r'^python3\.\d+$', d)
+                       and os.path.isdir(os.path.join(lib, d, 'site-packages')))
+    except (IOError, OSError):
+        return None
+    try:
+        with open(os.path.join(venv, 'pyvenv.cfg')) as f:
+            cfg = f.read()
+    except (IOError, OSError):
+        cfg = ''
+    m = re.search(r'^\s*version(?:_info)?\s*=\s*(3)\.(\d+)', cfg, re.M)
+    if m:
+        want = 'python%s.%s' % (m.group(1), m.group(2))
+        return os.path.join(lib, want, 'site-packages') if want in found else None
+    return os.path.join(lib, found[0], 'site-packages') if len(found) == 1 else None
+
+
+def venv_distribution_version(venv, name):
+    """The version of the distribution ``name`` installed in the virtual environment ``venv``, read from its
+    ``.dist-info/METADATA`` without running that environment's python: '' when ``venv/bin/python`` does not
+    resolve to an executable (missing, or a link whose target is gone: a venv whose base python was removed),
+    when ``name`` is not installed there, or when two installations of it are (a broken install)."""
+    python = os.path.join(venv, 'bin', 'python')
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return ''
+    site = venv_site_packages(venv)
+    if site is None:
+        return ''
+    want = _dist_key(name)
+    versions = []
+    for entry in sorted(os.listdir(site)):
+        stem = entry[:-len('.dist-info')] if entry.endswith('.dist-info') else None
+        if not stem or '-' not in stem or _dist_key(stem.rsplit('-', 1)[0]) != want:
+            continue
+        version = stem.rsplit('-', 1)[1]
+        try:
+            with open(os.path.join(site, entry, 'METADATA')) as f:
+                m = re.search(r'^Version:\s*(\S+)\s*$', f.read(), re.M)
+        except (IOError, OSError):
+            continue                # a folder without METADATA is not an installation
+        versions.append(m.group(1) if m else version)
+    return versions[0] if len(versions) == 1 else ''
+
+
 # --------------------------------------------------------------------------
 # progress file (hf_download, hf_peer_copy; read by hf_progress and hf_wait)
 # --------------------------------------------------------------------------

@@ -36,6 +36,10 @@ description:
     M(ansible.builtin.file) with C(state=directory) does, so that a host needs no separate task for it.
   - With O(report_address=true) the result also carries this host's IPv4 address on its default route
     (RV(address)), so that a host needs no fact gathering for it.
+  - With O(report_venv) the result also carries the C(huggingface_hub) version installed in that virtual
+    environment (RV(venv_huggingface_hub_version)), so that a host needs no separate task to decide whether to
+    install it. With O(local_only=true) the module needs no C(huggingface_hub) itself, so it can run with the
+    host's own python before the staging virtual environment exists.
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
@@ -135,6 +139,12 @@ options:
         network need not be reachable).
     type: bool
     default: false
+  report_venv:
+    description:
+      - A virtual environment (the role's C(hf_cache_venv)) whose C(huggingface_hub) version to return as
+        RV(venv_huggingface_hub_version). It is read from the installed distribution's C(.dist-info/METADATA) (in
+        the C(site-packages) of the python version its C(pyvenv.cfg) names), without running that python.
+    type: path
 notes:
   - Supports check mode and diff mode (the diff covers O(create_cache_dir)).
   - The manifest C(.inkling/COMMIT.json) and marker C(.inkling/COMMIT.complete) live inside the
@@ -180,8 +190,7 @@ EXAMPLES = r'''
       group: root
       mode: '0755'
     report_address: true
-  vars:
-    ansible_python_interpreter: /opt/inkling-fleet/venv/bin/python
+    report_venv: /opt/inkling-fleet/venv
   register: held
 '''
 
@@ -272,6 +281,14 @@ address:
   returned: O(report_address=true)
   type: str
   sample: 10.88.0.12
+venv_huggingface_hub_version:
+  description:
+    - The C(huggingface_hub) version installed in O(report_venv); an empty string when that environment has no
+      python that resolves to an executable (missing, or a link to a removed python), when C(huggingface_hub) is
+      not installed there, or when two installations of it are.
+  returned: O(report_venv) given
+  type: str
+  sample: 2.4.0
 '''
 
 import os
@@ -392,6 +409,8 @@ def prepare(module):
                            'before_header': p['cache_dir'], 'after_header': p['cache_dir']}
     if p['report_address']:
         out['address'] = hc.default_route_address()
+    if p['report_venv']:
+        out['venv_huggingface_hub_version'] = hc.venv_distribution_version(p['report_venv'], 'huggingface_hub')
     return out
 
 
@@ -610,6 +629,7 @@ def main():
                 mode=dict(type='str'),
             )),
             report_address=dict(type='bool', default=False),
+            report_venv=dict(type='path'),
         ),
         supports_check_mode=True,
     )

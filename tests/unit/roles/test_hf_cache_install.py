@@ -1,11 +1,13 @@
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""The hf_cache role's installation check (roles/hf_cache/tasks/install.yml) run by ansible-playbook on localhost,
-followed by the condition main.yml stages under: a host whose staging python already has the pinned
-huggingface_hub runs no stat of that python (its version proves it; one module run less on every host) and
-stages; a host without it, in check mode, previews the install, finds no python and says that check mode stops
-there."""
+"""The hf_cache role's local check and installation (roles/hf_cache/tasks/check.yml, install.yml) run by
+ansible-playbook on localhost, followed by the condition main.yml stages under: a host whose staging virtual
+environment already has the pinned huggingface_hub runs no install and no stat of its python (check.yml's module
+read the version; one module run on every host for both) and stages; a host without it, in check mode, previews
+the install, finds no python and says that check mode stops there."""
 
+import getpass
+import grp
 import os
 import subprocess
 import sys
@@ -28,10 +30,13 @@ def run_play(tmp_path, venv, check):
         'hosts': 'localhost',
         'gather_facts': False,
         'vars': {'hf_cache_venv': venv, 'hf_cache_repo_id': 'org/name', 'hf_cache_revision': 'main',
-                 'hf_cache_source': 'hub'},
+                 'hf_cache_source': 'hub', 'hf_cache_dir': str(tmp_path / 'hub'),
+                 'hf_cache_owner': getpass.getuser(), 'hf_cache_group': grp.getgrgid(os.getgid()).gr_name},
         'tasks': [
-            {'name': 'Installation check', 'ansible.builtin.include_role': {'name': 'inkling.fleet.hf_cache',
-                                                                            'tasks_from': 'install'}},
+            {'name': 'Local check', 'ansible.builtin.include_role': {'name': 'inkling.fleet.hf_cache',
+                                                                     'tasks_from': 'check'}},
+            {'name': 'Installation', 'ansible.builtin.include_role': {'name': 'inkling.fleet.hf_cache',
+                                                                      'tasks_from': 'install'}},
             {'name': 'Stage', 'ansible.builtin.debug': {'msg': 'STAGE-RUNS'}, 'when': stage_condition()},
             {'name': 'Was the python stat run', 'ansible.builtin.debug': {
                 'msg': "STAT-{{ 'SKIPPED' if __hf_cache_python_stat is skipped else 'RAN' }}"}},
@@ -53,12 +58,26 @@ def test_an_installed_staging_python_is_not_stat_ed_and_the_host_stages(tmp_path
         pinned = yaml.safe_load(f)['hf_cache_huggingface_hub_version']
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
-    python = venv / 'bin' / 'python'
-    python.write_text('#!/bin/sh\necho %s\n' % pinned)     # answers the version question like the real one
-    os.chmod(str(python), 0o755)
+    os.symlink(sys.executable, str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = 3.11.2\n')
+    dist = venv / 'lib' / 'python3.11' / 'site-packages' / ('huggingface_hub-%s.dist-info' % pinned)
+    dist.mkdir(parents=True)
+    (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: %s\n' % pinned)
     out = run_play(tmp_path, str(venv), check=False)
     assert 'STAT-SKIPPED' in out and 'STAGE-RUNS' in out, out
     assert 'nothing more can be checked' not in out
+
+
+def test_another_version_in_the_staging_environment_is_replaced(tmp_path):
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True)
+    os.symlink(sys.executable, str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = 3.11.2\n')
+    dist = venv / 'lib' / 'python3.11' / 'site-packages' / 'huggingface_hub-0.1.0.dist-info'
+    dist.mkdir(parents=True)
+    (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: 0.1.0\n')
+    out = run_play(tmp_path, str(venv), check=True)      # check mode: pip previews, installs nothing
+    assert 'STAT-RAN' in out, out
 
 
 def test_check_mode_without_the_staging_python_previews_the_install_and_stops(tmp_path):

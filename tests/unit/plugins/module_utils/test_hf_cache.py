@@ -424,3 +424,69 @@ def test_default_route_address_in_a_namespace_without_routes_is_empty():
     proc = subprocess.run(['unshare', '-n', sys.executable, '-c', code], stdout=subprocess.PIPE,
                           universal_newlines=True, check=True)
     assert proc.stdout.strip() == "''"
+
+
+def make_venv(tmp_path, cfg='home = /usr/bin\nversion = 3.11.2\n', pythons=('python3.11',), dists=(), python=True):
+    """A virtual environment's layout: bin/python (a link to this python), pyvenv.cfg, lib/PY/site-packages
+    with the .dist-info folders DISTS ((folder, METADATA text or None) pairs, in the first site-packages)."""
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True)
+    if python:
+        os.symlink(sys.executable, str(venv / 'bin' / 'python'))
+    if cfg is not None:
+        (venv / 'pyvenv.cfg').write_text(cfg)
+    for py in pythons:
+        (venv / 'lib' / py / 'site-packages').mkdir(parents=True)
+    for folder, meta in dists:
+        d = venv / 'lib' / pythons[0] / 'site-packages' / folder
+        d.mkdir()
+        if meta is not None:
+            (d / 'METADATA').write_text(meta)
+    return str(venv)
+
+
+def test_venv_distribution_version_reads_the_installed_metadata(tmp_path):
+    venv = make_venv(tmp_path, dists=[('huggingface_hub-2.4.0.dist-info', 'Name: huggingface_hub\nVersion: 2.4.0\n'),
+                                      ('requests-2.32.3.dist-info', 'Name: requests\nVersion: 2.32.3\n')])
+    assert hc.venv_distribution_version(venv, 'huggingface_hub') == '2.4.0'
+    assert hc.venv_distribution_version(venv, 'huggingface-hub') == '2.4.0'      # either spelling of the name
+    assert hc.venv_distribution_version(venv, 'requests') == '2.32.3'
+    assert hc.venv_distribution_version(venv, 'torch') == ''
+
+
+def test_venv_distribution_version_is_empty_without_a_python_that_runs(tmp_path):
+    dists = [('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n')]
+    assert hc.venv_distribution_version(make_venv(tmp_path, dists=dists, python=False), 'huggingface_hub') == ''
+    dangling = tmp_path / 'other'
+    dangling.mkdir()
+    venv = make_venv(dangling, dists=dists, python=False)
+    os.symlink(str(tmp_path / 'removed-python3.11'), os.path.join(venv, 'bin', 'python'))   # its base python is gone
+    assert hc.venv_distribution_version(venv, 'huggingface_hub') == ''
+    assert hc.venv_distribution_version(str(tmp_path / 'absent'), 'huggingface_hub') == ''
+
+
+def test_venv_distribution_version_uses_the_python_version_pyvenv_cfg_names(tmp_path):
+    # a venv upgraded in place keeps the old site-packages: only the one of its python counts
+    venv = make_venv(tmp_path, cfg='version = 3.13.5\n', pythons=('python3.11', 'python3.13'),
+                     dists=[('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n')])
+    assert hc.venv_distribution_version(venv, 'huggingface_hub') == ''
+    assert hc.venv_site_packages(venv) == os.path.join(venv, 'lib', 'python3.13', 'site-packages')
+    # without pyvenv.cfg: the only site-packages, else none (ambiguous)
+    other = tmp_path / 'b'
+    other.mkdir()
+    assert hc.venv_distribution_version(make_venv(other, cfg=None, dists=[
+        ('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n')]), 'huggingface_hub') == '2.4.0'
+    assert hc.venv_site_packages(make_venv(tmp_path / 'c', cfg=None, pythons=('python3.11', 'python3.12'))) is None
+
+
+def test_venv_distribution_version_refuses_a_broken_install(tmp_path):
+    # two installations of one distribution (an interrupted upgrade): not the pinned one, install again
+    venv = make_venv(tmp_path, dists=[('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n'),
+                                      ('huggingface_hub-2.3.0.dist-info', 'Version: 2.3.0\n')])
+    assert hc.venv_distribution_version(venv, 'huggingface_hub') == ''
+    # a leftover folder without METADATA is no installation; the folder name gives the version otherwise
+    other = tmp_path / 'b'
+    other.mkdir()
+    venv = make_venv(other, dists=[('huggingface_hub-2.3.0.dist-info', None),
+                                   ('huggingface_hub-2.4.0.dist-info', 'Name: huggingface_hub\n')])
+    assert hc.venv_distribution_version(venv, 'huggingface_hub') == '2.4.0'

@@ -5,12 +5,13 @@
 import importlib.util
 import json
 import os
+import sys
 import threading
 import urllib.request
 
 import pytest
 
-from inkling_test_helpers import run_module
+from inkling_test_helpers import COLLECTIONS, run_module
 
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 
@@ -179,6 +180,33 @@ def test_unknown_revision_names_host_and_remedy(tmp_path, hub):
     rc, res = snap(tmp_path, hub, str(tmp_path / 'c'), revision='no-such-branch')
     assert rc == 1
     assert "revision 'no-such-branch' not found in %s" % REPO_ID in res['msg'] and 'Remedy' in res['msg']
+
+
+def test_local_check_runs_without_huggingface_hub_and_reads_the_staging_venv(tmp_path, hub):
+    """check.yml runs with the host's python, before the staging virtual environment exists: the local check
+    needs no huggingface_hub and says which one the staging environment holds (install.yml decides on it)."""
+    blocker = tmp_path / 'no-hf' / 'huggingface_hub'
+    blocker.mkdir(parents=True)
+    (blocker / '__init__.py').write_text('raise ImportError("huggingface_hub is not installed for this python")\n')
+    env = {'PYTHONPATH': os.pathsep.join([str(blocker.parent), COLLECTIONS])}
+    venv = tmp_path / 'venv'
+    cache = str(tmp_path / 'cache')
+    args = {'phase': 'plan', 'repo_id': REPO_ID, 'revision': 'main', 'cache_dir': cache, 'local_only': True,
+            'report_venv': str(venv)}
+    rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
+    assert rc == 0, res
+    assert res['venv_huggingface_hub_version'] == '' and res['complete'] is False
+    (venv / 'bin').mkdir(parents=True)
+    os.symlink(sys.executable, str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('version = 3.11.2\n')
+    dist = venv / 'lib' / 'python3.11' / 'site-packages' / 'huggingface_hub-2.4.0.dist-info'
+    dist.mkdir(parents=True)
+    (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: 2.4.0\n')
+    rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
+    assert rc == 0 and res['venv_huggingface_hub_version'] == '2.4.0', res
+    # asking the hub still needs it, and says so
+    rc, res = run_module('hf_snapshot', dict(args, local_only=False, endpoint=hub['url']), env=env, tmp_path=tmp_path)
+    assert rc != 0 and 'huggingface_hub is not importable' in res['msg'], res
 
 
 def test_local_check_creates_the_cache_dir_and_reports_the_address(tmp_path, hub):
