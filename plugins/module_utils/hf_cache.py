@@ -785,53 +785,83 @@ def _dist_key(name):
     return re.sub(r'[-_.]+', '_', name).lower()
 
 
+_PYTHON_NAME = re.compile(r'^python(3\.\d+)(t?)$')
+
+
 def venv_site_packages(venv):
-    """The site-packages folder of the virtual environment ``venv``: the one of the Python version its
-    ``pyvenv.cfg`` names (``version = 3.11.2``), else the only ``lib/python3.*/site-packages``; None when
-    there is none or it is ambiguous (two Python versions and no pyvenv.cfg to choose)."""
-    lib = os.path.join(venv, 'lib')
+    """``(site_packages, problem)`` of the virtual environment ``venv``.
+
+    Its Python version is the one ``pyvenv.cfg`` names (``version = 3.11.2``, or virtualenv's
+    ``version_info = 3.11.2.final.0``), which must be the version of the python ``bin/python`` resolves to
+    (``python3.11``), or, where that name carries none (a copied binary), one ``home`` still holds:
+    a venv whose base python changed (a release upgrade: ``/usr/bin/python3`` is 3.13 now) or was removed
+    cannot run what it holds, whatever its site-packages says. ``problem`` says so ('' otherwise).
+    ``site_packages`` is None when there is no python (no venv yet), a problem, or no site-packages."""
+    python = os.path.join(venv, 'bin', 'python')
+    if os.path.islink(python) and not os.path.exists(python):
+        return None, 'its python %s is a link to %s, which is gone' % (python, os.readlink(python))
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return None, ''
+    real = os.path.realpath(python)
+    named = _PYTHON_NAME.match(os.path.basename(real))
     try:
-        found = sorted(d for d in os.listdir(lib) if re.match(r'^python3\.\d+$', d)
-                       and os.path.isdir(os.path.join(lib, d, 'site-packages')))
-    except (IOError, OSError):
-        return None
-    try:
-        with open(os.path.join(venv, 'pyvenv.cfg')) as f:
+        with open(os.path.join(venv, 'pyvenv.cfg'), encoding='utf-8', errors='replace') as f:
             cfg = f.read()
     except (IOError, OSError):
         cfg = ''
-    m = re.search(r'^\s*version(?:_info)?\s*=\s*(3)\.(\d+)', cfg, re.M)
-    if m:
-        want = 'python%s.%s' % (m.group(1), m.group(2))
-        return os.path.join(lib, want, 'site-packages') if want in found else None
-    return os.path.join(lib, found[0], 'site-packages') if len(found) == 1 else None
+    made = re.search(r'^\s*version(?:_info)?\s*=\s*(3\.\d+)', cfg, re.M)
+    home = re.search(r'^\s*home\s*=\s*(.*?)\s*$', cfg, re.M)
+    if made:
+        version = made.group(1)
+        if named and named.group(1) != version:
+            return None, ('its python %s is Python %s, but it was made with Python %s (pyvenv.cfg): the base python '
+                          'changed' % (real, named.group(1), version))
+        if not named and home and not os.path.exists(os.path.join(home.group(1), 'python' + version)):
+            return None, ('it was made with Python %s (pyvenv.cfg), which %s no longer holds'
+                          % (version, home.group(1)))
+    elif named:
+        version = named.group(1)
+    else:
+        return None, ''
+    suffix = named.group(2) if named else ''
+    for folder in ('python%s%s' % (version, suffix), 'python%s' % version):
+        site = os.path.join(venv, 'lib', folder, 'site-packages')
+        if os.path.isdir(site):
+            return site, ''
+    return None, ''
 
 
-def venv_distribution_version(venv, name):
-    """The version of the distribution ``name`` installed in the virtual environment ``venv``, read from its
-    ``.dist-info/METADATA`` without running that environment's python: '' when ``venv/bin/python`` does not
-    resolve to an executable (missing, or a link whose target is gone: a venv whose base python was removed),
-    when ``name`` is not installed there, or when two installations of it are (a broken install)."""
-    python = os.path.join(venv, 'bin', 'python')
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        return ''
-    site = venv_site_packages(venv)
+def venv_distribution(venv, name):
+    """The distribution ``name`` installed in the virtual environment ``venv``, read from its
+    ``.dist-info/METADATA`` without running that environment's python: ``{'version', 'problem'}``.
+
+    ``version`` is '' when ``venv`` has no python that can run what it holds (see venv_site_packages),
+    when ``name`` is not installed there, or when two installations of it are (an interrupted upgrade,
+    which pip does not repair); ``problem`` says why the environment cannot be used as it is ('' when it
+    can, also when ``name`` is simply missing: installing it is the remedy then)."""
+    site, problem = venv_site_packages(venv)
     if site is None:
-        return ''
+        return {'version': '', 'problem': problem}
     want = _dist_key(name)
     versions = []
-    for entry in sorted(os.listdir(site)):
+    try:
+        entries = sorted(os.listdir(site))
+    except (IOError, OSError) as exc:
+        return {'version': '', 'problem': 'cannot read %s: %s' % (site, exc)}
+    for entry in entries:
         stem = entry[:-len('.dist-info')] if entry.endswith('.dist-info') else None
         if not stem or '-' not in stem or _dist_key(stem.rsplit('-', 1)[0]) != want:
             continue
-        version = stem.rsplit('-', 1)[1]
         try:
-            with open(os.path.join(site, entry, 'METADATA')) as f:
+            with open(os.path.join(site, entry, 'METADATA'), encoding='utf-8', errors='replace') as f:
                 m = re.search(r'^Version:\s*(\S+)\s*$', f.read(), re.M)
         except (IOError, OSError):
             continue                # a folder without METADATA is not an installation
-        versions.append(m.group(1) if m else version)
-    return versions[0] if len(versions) == 1 else ''
+        versions.append(m.group(1) if m else stem.rsplit('-', 1)[1])
+    if len(versions) > 1:
+        return {'version': '', 'problem': 'it holds %d installations of %s (%s) in %s'
+                                          % (len(versions), name, ', '.join(versions), site)}
+    return {'version': versions[0] if versions else '', 'problem': ''}
 
 
 # --------------------------------------------------------------------------

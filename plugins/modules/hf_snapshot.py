@@ -142,8 +142,10 @@ options:
   report_venv:
     description:
       - A virtual environment (the role's C(hf_cache_venv)) whose C(huggingface_hub) version to return as
-        RV(venv_huggingface_hub_version). It is read from the installed distribution's C(.dist-info/METADATA) (in
-        the C(site-packages) of the python version its C(pyvenv.cfg) names), without running that python.
+        RV(venv_huggingface_hub_version), and what makes it unusable as RV(venv_problem). The version is read from
+        the installed distribution's C(.dist-info/METADATA), in the C(site-packages) of the python version its
+        C(pyvenv.cfg) names, without running that python; that version must be the one of the python
+        C(bin/python) resolves to (a release upgrade changes the base python under a venv).
     type: path
 notes:
   - Supports check mode and diff mode (the diff covers O(create_cache_dir)).
@@ -283,12 +285,21 @@ address:
   sample: 10.88.0.12
 venv_huggingface_hub_version:
   description:
-    - The C(huggingface_hub) version installed in O(report_venv); an empty string when that environment has no
-      python that resolves to an executable (missing, or a link to a removed python), when C(huggingface_hub) is
-      not installed there, or when two installations of it are.
+    - The C(huggingface_hub) version installed in O(report_venv); an empty string when that environment does not
+      exist, has no python that can run what it holds (RV(venv_problem)), does not hold C(huggingface_hub), or
+      holds two installations of it.
   returned: O(report_venv) given
   type: str
   sample: 2.4.0
+venv_problem:
+  description:
+    - Why the virtual environment O(report_venv) cannot be used as it is (installing into it would not help),
+      an empty string when it can (also when it does not exist yet or lacks C(huggingface_hub)) - its python is
+      a link to a removed file, its python is another version than the one it was made with, or it holds two
+      installations of C(huggingface_hub).
+  returned: O(report_venv) given
+  type: str
+  sample: 'its python /usr/bin/python3.13 is Python 3.13, but it was made with Python 3.11 (pyvenv.cfg): the base python changed'
 '''
 
 import os
@@ -410,7 +421,9 @@ def prepare(module):
     if p['report_address']:
         out['address'] = hc.default_route_address()
     if p['report_venv']:
-        out['venv_huggingface_hub_version'] = hc.venv_distribution_version(p['report_venv'], 'huggingface_hub')
+        venv = hc.venv_distribution(p['report_venv'], 'huggingface_hub')
+        out['venv_huggingface_hub_version'] = venv['version']
+        out['venv_problem'] = venv['problem']
     return out
 
 

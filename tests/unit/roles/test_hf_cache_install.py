@@ -24,7 +24,7 @@ def stage_condition():
         return [t for t in yaml.safe_load(f) if t.get('name') == 'Stage'][0]['when']
 
 
-def run_play(tmp_path, venv, check):
+def run_play(tmp_path, venv, check, rc=0):
     play = [{
         'name': 'The role installation check, then main.yml\'s condition',
         'hosts': 'localhost',
@@ -49,7 +49,7 @@ def run_play(tmp_path, venv, check):
             '-e', 'ansible_python_interpreter=' + sys.executable, str(path)] + (['--check'] if check else [])
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout
+    assert proc.returncode == rc, proc.stdout
     return ' '.join(proc.stdout.split())       # the callback wraps long messages
 
 
@@ -58,22 +58,22 @@ def test_an_installed_staging_python_is_not_stat_ed_and_the_host_stages(tmp_path
         pinned = yaml.safe_load(f)['hf_cache_huggingface_hub_version']
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
-    os.symlink(sys.executable, str(venv / 'bin' / 'python'))
-    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = 3.11.2\n')
-    dist = venv / 'lib' / 'python3.11' / 'site-packages' / ('huggingface_hub-%s.dist-info' % pinned)
+    os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = %d.%d.2\n' % sys.version_info[:2])
+    dist = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages' / ('huggingface_hub-%s.dist-info' % pinned)
     dist.mkdir(parents=True)
     (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: %s\n' % pinned)
     out = run_play(tmp_path, str(venv), check=False)
     assert 'STAT-SKIPPED' in out and 'STAGE-RUNS' in out, out
-    assert 'nothing more can be checked' not in out
+    assert 'the staging cannot be previewed' not in out
 
 
 def test_another_version_in_the_staging_environment_is_replaced(tmp_path):
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
-    os.symlink(sys.executable, str(venv / 'bin' / 'python'))
-    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = 3.11.2\n')
-    dist = venv / 'lib' / 'python3.11' / 'site-packages' / 'huggingface_hub-0.1.0.dist-info'
+    os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = %d.%d.2\n' % sys.version_info[:2])
+    dist = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages' / 'huggingface_hub-0.1.0.dist-info'
     dist.mkdir(parents=True)
     (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: 0.1.0\n')
     out = run_play(tmp_path, str(venv), check=True)      # check mode: pip previews, installs nothing
@@ -84,5 +84,16 @@ def test_check_mode_without_the_staging_python_previews_the_install_and_stops(tm
     venv = str(tmp_path / 'absent')
     out = run_play(tmp_path, venv, check=True)
     assert 'STAT-RAN' in out and 'STAGE-RUNS' not in out, out
-    assert 'check mode: %s would be created' % venv in out and 'nothing more can be checked' in out
+    assert 'check mode: %s would be created' % venv in out and 'the staging cannot be previewed' in out
     assert not os.path.exists(venv)
+
+
+def test_a_staging_environment_whose_python_is_gone_stops_the_host_before_any_install(tmp_path):
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True)
+    os.symlink(str(tmp_path / 'removed-python3.11'), str(venv / 'bin' / 'python'))     # its base python was removed
+    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = 3.11.2\n')
+    out = run_play(tmp_path, str(venv), check=False, rc=2)
+    assert 'the staging virtual environment %s cannot be used' % venv in out, out
+    assert 'Remedy: remove it (rm -rf %s)' % venv in out
+    assert 'STAGE-RUNS' not in out and not os.path.exists(str(tmp_path / 'venv.wheels'))

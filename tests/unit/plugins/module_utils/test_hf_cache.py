@@ -5,6 +5,7 @@
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -426,13 +427,19 @@ def test_default_route_address_in_a_namespace_without_routes_is_empty():
     assert proc.stdout.strip() == "''"
 
 
-def make_venv(tmp_path, cfg='home = /usr/bin\nversion = 3.11.2\n', pythons=('python3.11',), dists=(), python=True):
+
+PY = '%d.%d' % sys.version_info[:2]                    # the python the tests' venvs link to (sys.executable)
+OTHER_PY = '3.%d' % (sys.version_info[1] + 1)          # one they are not
+
+
+def make_venv(tmp_path, cfg='home = /usr/bin\nversion = %s.2\n' % PY, pythons=('python' + PY,), dists=(),
+              python=True):
     """A virtual environment's layout: bin/python (a link to this python), pyvenv.cfg, lib/PY/site-packages
     with the .dist-info folders DISTS ((folder, METADATA text or None) pairs, in the first site-packages)."""
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
     if python:
-        os.symlink(sys.executable, str(venv / 'bin' / 'python'))
+        os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
     if cfg is not None:
         (venv / 'pyvenv.cfg').write_text(cfg)
     for py in pythons:
@@ -445,48 +452,73 @@ def make_venv(tmp_path, cfg='home = /usr/bin\nversion = 3.11.2\n', pythons=('pyt
     return str(venv)
 
 
-def test_venv_distribution_version_reads_the_installed_metadata(tmp_path):
-    venv = make_venv(tmp_path, dists=[('huggingface_hub-2.4.0.dist-info', 'Name: huggingface_hub\nVersion: 2.4.0\n'),
-                                      ('requests-2.32.3.dist-info', 'Name: requests\nVersion: 2.32.3\n')])
-    assert hc.venv_distribution_version(venv, 'huggingface_hub') == '2.4.0'
-    assert hc.venv_distribution_version(venv, 'huggingface-hub') == '2.4.0'      # either spelling of the name
-    assert hc.venv_distribution_version(venv, 'requests') == '2.32.3'
-    assert hc.venv_distribution_version(venv, 'torch') == ''
+HF = [('huggingface_hub-2.4.0.dist-info', 'Name: huggingface_hub\nVersion: 2.4.0\n')]
 
 
-def test_venv_distribution_version_is_empty_without_a_python_that_runs(tmp_path):
-    dists = [('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n')]
-    assert hc.venv_distribution_version(make_venv(tmp_path, dists=dists, python=False), 'huggingface_hub') == ''
-    dangling = tmp_path / 'other'
-    dangling.mkdir()
-    venv = make_venv(dangling, dists=dists, python=False)
-    os.symlink(str(tmp_path / 'removed-python3.11'), os.path.join(venv, 'bin', 'python'))   # its base python is gone
-    assert hc.venv_distribution_version(venv, 'huggingface_hub') == ''
-    assert hc.venv_distribution_version(str(tmp_path / 'absent'), 'huggingface_hub') == ''
+def test_venv_distribution_reads_the_installed_metadata(tmp_path):
+    venv = make_venv(tmp_path, dists=HF + [('requests-2.32.3.dist-info', 'Name: requests\nVersion: 2.32.3\n')])
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
+    assert hc.venv_distribution(venv, 'huggingface-hub')['version'] == '2.4.0'      # either spelling of the name
+    assert hc.venv_distribution(venv, 'requests')['version'] == '2.32.3'
+    # not installed (or no venv yet): install it, nothing is wrong
+    assert hc.venv_distribution(venv, 'torch') == {'version': '', 'problem': ''}
+    assert hc.venv_distribution(str(tmp_path / 'absent'), 'huggingface_hub') == {'version': '', 'problem': ''}
+    # virtualenv's pyvenv.cfg line
+    other = tmp_path / 'virtualenv'
+    other.mkdir()
+    venv = make_venv(other, cfg='virtualenv = 20.29.1\nversion_info = %s.2.final.0\n' % PY, dists=HF)
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
 
 
-def test_venv_distribution_version_uses_the_python_version_pyvenv_cfg_names(tmp_path):
+def test_a_venv_whose_python_is_gone_or_another_version_is_a_problem(tmp_path):
+    # its python is a link to a removed file
+    venv = make_venv(tmp_path, dists=HF, python=False)
+    os.symlink(str(tmp_path / 'removed-python'), os.path.join(venv, 'bin', 'python'))
+    res = hc.venv_distribution(venv, 'huggingface_hub')
+    assert res['version'] == '' and 'which is gone' in res['problem']
+    # a release upgrade: the link resolves to another python than the venv was made with; what its
+    # site-packages holds cannot be imported by it
+    other = tmp_path / 'upgraded'
+    other.mkdir()
+    venv = make_venv(other, cfg='home = /usr/bin\nversion = %s.2\n' % OTHER_PY, pythons=('python' + OTHER_PY,),
+                     dists=HF)
+    res = hc.venv_distribution(venv, 'huggingface_hub')
+    assert res['version'] == '' and 'but it was made with Python %s' % OTHER_PY in res['problem'], res
+    # a copied python (its name carries no version): the base python in `home` must still exist
+    copied = tmp_path / 'copied'
+    (copied / 'base').mkdir(parents=True)
+    venv = make_venv(copied, cfg='home = %s\nversion = %s.2\n' % (copied / 'base', PY), dists=HF, python=False)
+    shutil.copy(sys.executable, os.path.join(venv, 'bin', 'python'))
+    res = hc.venv_distribution(venv, 'huggingface_hub')
+    assert res['version'] == '' and 'no longer holds' in res['problem'], res
+    (copied / 'base' / ('python' + PY)).write_text('')
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
+
+
+def test_venv_site_packages_is_the_one_of_its_python(tmp_path):
     # a venv upgraded in place keeps the old site-packages: only the one of its python counts
-    venv = make_venv(tmp_path, cfg='version = 3.13.5\n', pythons=('python3.11', 'python3.13'),
-                     dists=[('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n')])
-    assert hc.venv_distribution_version(venv, 'huggingface_hub') == ''
-    assert hc.venv_site_packages(venv) == os.path.join(venv, 'lib', 'python3.13', 'site-packages')
-    # without pyvenv.cfg: the only site-packages, else none (ambiguous)
-    other = tmp_path / 'b'
-    other.mkdir()
-    assert hc.venv_distribution_version(make_venv(other, cfg=None, dists=[
-        ('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n')]), 'huggingface_hub') == '2.4.0'
-    assert hc.venv_site_packages(make_venv(tmp_path / 'c', cfg=None, pythons=('python3.11', 'python3.12'))) is None
+    venv = make_venv(tmp_path, pythons=('python' + PY, 'python' + OTHER_PY))
+    assert hc.venv_site_packages(venv) == (os.path.join(venv, 'lib', 'python' + PY, 'site-packages'), '')
+    venv = make_venv(tmp_path / 'b', pythons=('python' + OTHER_PY,), dists=HF)
+    assert hc.venv_site_packages(venv) == (None, '')
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '', 'problem': ''}
+    # without pyvenv.cfg: the version of the python it resolves to
+    venv = make_venv(tmp_path / 'c', cfg=None, dists=HF)
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
 
 
-def test_venv_distribution_version_refuses_a_broken_install(tmp_path):
-    # two installations of one distribution (an interrupted upgrade): not the pinned one, install again
-    venv = make_venv(tmp_path, dists=[('huggingface_hub-2.4.0.dist-info', 'Version: 2.4.0\n'),
-                                      ('huggingface_hub-2.3.0.dist-info', 'Version: 2.3.0\n')])
-    assert hc.venv_distribution_version(venv, 'huggingface_hub') == ''
+def test_two_installations_are_a_problem_a_leftover_folder_is_not(tmp_path):
+    # two installations of one distribution (an interrupted upgrade): pip would leave them, so say so
+    venv = make_venv(tmp_path, dists=HF + [('huggingface_hub-2.3.0.dist-info', 'Version: 2.3.0\n')])
+    res = hc.venv_distribution(venv, 'huggingface_hub')
+    assert res['version'] == '' and '2 installations of huggingface_hub (2.3.0, 2.4.0)' in res['problem'], res
     # a leftover folder without METADATA is no installation; the folder name gives the version otherwise
-    other = tmp_path / 'b'
-    other.mkdir()
-    venv = make_venv(other, dists=[('huggingface_hub-2.3.0.dist-info', None),
-                                   ('huggingface_hub-2.4.0.dist-info', 'Name: huggingface_hub\n')])
-    assert hc.venv_distribution_version(venv, 'huggingface_hub') == '2.4.0'
+    venv = make_venv(tmp_path / 'b', dists=[('huggingface_hub-2.3.0.dist-info', None),
+                                            ('huggingface_hub-2.4.0.dist-info', 'Name: huggingface_hub\n')])
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
+    # METADATA that is not UTF-8 is read, not a failure of the whole check
+    venv = make_venv(tmp_path / 'c', dists=[('huggingface_hub-2.4.0.dist-info', None)])
+    with open(os.path.join(venv, 'lib', 'python' + PY, 'site-packages', 'huggingface_hub-2.4.0.dist-info',
+                           'METADATA'), 'wb') as f:
+        f.write(b'Name: huggingface_hub\nVersion: 2.4.0\nAuthor: \xff\xfe\n')
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}

@@ -195,15 +195,18 @@ def test_local_check_runs_without_huggingface_hub_and_reads_the_staging_venv(tmp
             'report_venv': str(venv)}
     rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
     assert rc == 0, res
-    assert res['venv_huggingface_hub_version'] == '' and res['complete'] is False
+    assert res['venv_huggingface_hub_version'] == '' and res['venv_problem'] == '' and res['complete'] is False
     (venv / 'bin').mkdir(parents=True)
-    os.symlink(sys.executable, str(venv / 'bin' / 'python'))
-    (venv / 'pyvenv.cfg').write_text('version = 3.11.2\n')
-    dist = venv / 'lib' / 'python3.11' / 'site-packages' / 'huggingface_hub-2.4.0.dist-info'
+    os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('version = %d.%d.2\n' % sys.version_info[:2])
+    dist = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages' / 'huggingface_hub-2.4.0.dist-info'
     dist.mkdir(parents=True)
     (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: 2.4.0\n')
     rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
-    assert rc == 0 and res['venv_huggingface_hub_version'] == '2.4.0', res
+    assert rc == 0 and res['venv_huggingface_hub_version'] == '2.4.0' and res['venv_problem'] == '', res
+    (venv / 'pyvenv.cfg').write_text('version = 3.%d.2\n' % (sys.version_info[1] + 1))      # the base python changed
+    rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
+    assert rc == 0 and res['venv_huggingface_hub_version'] == '' and 'the base python changed' in res['venv_problem']
     # asking the hub still needs it, and says so
     rc, res = run_module('hf_snapshot', dict(args, local_only=False, endpoint=hub['url']), env=env, tmp_path=tmp_path)
     assert rc != 0 and 'huggingface_hub is not importable' in res['msg'], res
