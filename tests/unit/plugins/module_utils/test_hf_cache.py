@@ -427,7 +427,6 @@ def test_default_route_address_in_a_namespace_without_routes_is_empty():
     assert proc.stdout.strip() == "''"
 
 
-
 PY = '%d.%d' % sys.version_info[:2]                    # the python the tests' venvs link to (sys.executable)
 OTHER_PY = '3.%d' % (sys.version_info[1] + 1)          # one they are not
 
