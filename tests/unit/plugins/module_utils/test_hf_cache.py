@@ -521,3 +521,16 @@ def test_two_installations_are_a_problem_a_leftover_folder_is_not(tmp_path):
                            'METADATA'), 'wb') as f:
         f.write(b'Name: huggingface_hub\nVersion: 2.4.0\nAuthor: \xff\xfe\n')
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
+
+
+def test_a_free_threaded_python_reads_its_own_site_packages(tmp_path):
+    base = tmp_path / 'base'
+    base.mkdir()
+    real = base / ('python%st' % PY)          # a free-threaded build keeps its packages in lib/python3.Xt
+    real.write_text('#!/bin/sh\n')
+    os.chmod(str(real), 0o755)
+    venv = make_venv(tmp_path, cfg='home = %s\nversion = %s.0\n' % (base, PY), pythons=('python%st' % PY, 'python' + PY),
+                     dists=HF, python=False)
+    os.symlink(str(real), os.path.join(venv, 'bin', 'python'))
+    assert hc.venv_site_packages(venv) == (os.path.join(venv, 'lib', 'python%st' % PY, 'site-packages'), '')
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
