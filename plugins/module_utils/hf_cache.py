@@ -785,7 +785,7 @@ def _dist_key(name):
     return re.sub(r'[-_.]+', '_', name).lower()
 
 
-_PYTHON_NAME = re.compile(r'^python(3\.\d+)(t?)$')
+_PYTHON_NAME = re.compile(r'^(?:platform-)?python(3\.\d+)(t?)$')
 
 
 def venv_site_packages(venv):
@@ -796,7 +796,8 @@ def venv_site_packages(venv):
     (``python3.11``), or, where that name carries none (a copied binary), one ``home`` still holds:
     a venv whose base python changed (a release upgrade: ``/usr/bin/python3`` is 3.13 now) or was removed
     cannot run what it holds, whatever its site-packages says. ``problem`` says so ('' otherwise).
-    ``site_packages`` is None when there is no python (no venv yet), a problem, or no site-packages."""
+    ``site_packages`` is None when there is no python (no venv yet), when its version cannot be told (no
+    pyvenv.cfg and a name without it: pip decides), or with a problem (also: no site-packages for it)."""
     python = os.path.join(venv, 'bin', 'python')
     if os.path.islink(python) and not os.path.exists(python):
         return None, 'its python %s is a link to %s, which is gone' % (python, os.readlink(python))
@@ -816,7 +817,8 @@ def venv_site_packages(venv):
         if named and named.group(1) != version:
             return None, ('its python %s is Python %s, but it was made with Python %s (pyvenv.cfg): the base python '
                           'changed' % (real, named.group(1), version))
-        if not named and home and not os.path.exists(os.path.join(home.group(1), 'python' + version)):
+        if not named and home and not any(os.path.exists(os.path.join(home.group(1), prefix + version + t))
+                                          for prefix in ('python', 'platform-python') for t in ('', 't')):
             return None, ('it was made with Python %s (pyvenv.cfg), which %s no longer holds'
                           % (version, home.group(1)))
     elif named:
@@ -828,7 +830,7 @@ def venv_site_packages(venv):
         site = os.path.join(venv, 'lib', folder, 'site-packages')
         if os.path.isdir(site):
             return site, ''
-    return None, ''
+    return None, 'it has no lib/python%s%s/site-packages for its Python %s' % (version, suffix, version)
 
 
 def venv_distribution(venv, name):

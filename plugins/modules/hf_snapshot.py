@@ -295,8 +295,8 @@ venv_problem:
   description:
     - Why the virtual environment O(report_venv) cannot be used as it is (installing into it would not help),
       an empty string when it can (also when it does not exist yet or lacks C(huggingface_hub)) - its python is
-      a link to a removed file, its python is another version than the one it was made with, or it holds two
-      installations of C(huggingface_hub).
+      a link to a removed file, its python is another version than the one it was made with, it has no
+      C(site-packages) for its python, or it holds two installations of C(huggingface_hub).
   returned: O(report_venv) given
   type: str
   sample: 'its python /usr/bin/python3.13 is Python 3.13, but it was made with Python 3.11 (pyvenv.cfg): the base python changed'

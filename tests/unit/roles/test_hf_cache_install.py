@@ -24,6 +24,17 @@ def stage_condition():
         return [t for t in yaml.safe_load(f) if t.get('name') == 'Stage'][0]['when']
 
 
+def fake_python(tmp_path):
+    """An executable named python3.11: what the staging venv's bin/python resolves to (the module reads the
+    version from that name; the staging python itself is not run by these tasks)."""
+    base = tmp_path / 'base'
+    base.mkdir()
+    path = base / 'python3.11'
+    path.write_text('#!/bin/sh\n')
+    os.chmod(str(path), 0o755)
+    return str(path)
+
+
 def run_play(tmp_path, venv, check, rc=0):
     play = [{
         'name': 'The role installation check, then main.yml\'s condition',
@@ -58,9 +69,9 @@ def test_an_installed_staging_python_is_not_stat_ed_and_the_host_stages(tmp_path
         pinned = yaml.safe_load(f)['hf_cache_huggingface_hub_version']
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
-    os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
-    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = %d.%d.2\n' % sys.version_info[:2])
-    dist = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages' / ('huggingface_hub-%s.dist-info' % pinned)
+    os.symlink(fake_python(tmp_path), str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = %s\nversion = 3.11.2\n' % (tmp_path / 'base'))
+    dist = venv / 'lib' / 'python3.11' / 'site-packages' / ('huggingface_hub-%s.dist-info' % pinned)
     dist.mkdir(parents=True)
     (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: %s\n' % pinned)
     out = run_play(tmp_path, str(venv), check=False)
@@ -71,9 +82,9 @@ def test_an_installed_staging_python_is_not_stat_ed_and_the_host_stages(tmp_path
 def test_another_version_in_the_staging_environment_is_replaced(tmp_path):
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
-    os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
-    (venv / 'pyvenv.cfg').write_text('home = /usr/bin\nversion = %d.%d.2\n' % sys.version_info[:2])
-    dist = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages' / 'huggingface_hub-0.1.0.dist-info'
+    os.symlink(fake_python(tmp_path), str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = %s\nversion = 3.11.2\n' % (tmp_path / 'base'))
+    dist = venv / 'lib' / 'python3.11' / 'site-packages' / 'huggingface_hub-0.1.0.dist-info'
     dist.mkdir(parents=True)
     (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: 0.1.0\n')
     out = run_play(tmp_path, str(venv), check=True)      # check mode: pip previews, installs nothing
@@ -96,4 +107,4 @@ def test_a_staging_environment_whose_python_is_gone_stops_the_host_before_any_in
     out = run_play(tmp_path, str(venv), check=False, rc=2)
     assert 'the staging virtual environment %s cannot be used' % venv in out, out
     assert 'Remedy: remove it (rm -rf %s)' % venv in out
-    assert 'STAGE-RUNS' not in out and not os.path.exists(str(tmp_path / 'venv.wheels'))
+    assert 'STAGE-RUNS' not in out and not os.path.exists(str(venv / 'bin' / 'python'))     # pip did not rebuild it

@@ -427,18 +427,24 @@ def test_default_route_address_in_a_namespace_without_routes_is_empty():
     assert proc.stdout.strip() == "''"
 
 
-PY = '%d.%d' % sys.version_info[:2]                    # the python the tests' venvs link to (sys.executable)
-OTHER_PY = '3.%d' % (sys.version_info[1] + 1)          # one they are not
+def fake_python(where, name):
+    """An executable named NAME in WHERE (a base python as the venv's bin/python resolves to it)."""
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / name
+    path.write_text('#!/bin/sh\n')
+    os.chmod(str(path), 0o755)
+    return path
 
 
-def make_venv(tmp_path, cfg='home = /usr/bin\nversion = %s.2\n' % PY, pythons=('python' + PY,), dists=(),
-              python=True):
-    """A virtual environment's layout: bin/python (a link to this python), pyvenv.cfg, lib/PY/site-packages
-    with the .dist-info folders DISTS ((folder, METADATA text or None) pairs, in the first site-packages)."""
+def make_venv(tmp_path, cfg='home = /usr/bin\nversion = 3.11.2\n', pythons=('python3.11',), dists=(),
+              python='python3.11'):
+    """A virtual environment's layout: bin/python (a link to an executable named PYTHON, None: no link),
+    pyvenv.cfg, lib/PY/site-packages with the .dist-info folders DISTS ((folder, METADATA text or None) pairs,
+    in the first site-packages)."""
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
     if python:
-        os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
+        os.symlink(str(fake_python(tmp_path / 'base', python)), str(venv / 'bin' / 'python'))
     if cfg is not None:
         (venv / 'pyvenv.cfg').write_text(cfg)
     for py in pythons:
@@ -462,48 +468,48 @@ def test_venv_distribution_reads_the_installed_metadata(tmp_path):
     # not installed (or no venv yet): install it, nothing is wrong
     assert hc.venv_distribution(venv, 'torch') == {'version': '', 'problem': ''}
     assert hc.venv_distribution(str(tmp_path / 'absent'), 'huggingface_hub') == {'version': '', 'problem': ''}
-    # virtualenv's pyvenv.cfg line
-    other = tmp_path / 'virtualenv'
-    other.mkdir()
-    venv = make_venv(other, cfg='virtualenv = 20.29.1\nversion_info = %s.2.final.0\n' % PY, dists=HF)
+    # virtualenv's pyvenv.cfg line; RHEL 8's platform-python
+    venv = make_venv(tmp_path / 'virtualenv', cfg='virtualenv = 20.29.1\nversion_info = 3.11.2.final.0\n', dists=HF)
+    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
+    venv = make_venv(tmp_path / 'rhel', python='platform-python3.11', dists=HF)
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
 
 
 def test_a_venv_whose_python_is_gone_or_another_version_is_a_problem(tmp_path):
     # its python is a link to a removed file
-    venv = make_venv(tmp_path, dists=HF, python=False)
+    venv = make_venv(tmp_path, dists=HF, python=None)
     os.symlink(str(tmp_path / 'removed-python'), os.path.join(venv, 'bin', 'python'))
     res = hc.venv_distribution(venv, 'huggingface_hub')
     assert res['version'] == '' and 'which is gone' in res['problem']
-    # a release upgrade: the link resolves to another python than the venv was made with; what its
-    # site-packages holds cannot be imported by it
-    other = tmp_path / 'upgraded'
-    other.mkdir()
-    venv = make_venv(other, cfg='home = /usr/bin\nversion = %s.2\n' % OTHER_PY, pythons=('python' + OTHER_PY,),
-                     dists=HF)
+    # a release upgrade: the link (bin/python -> /usr/bin/python3) resolves to another python than the venv was
+    # made with; what its site-packages holds cannot be imported by it
+    venv = make_venv(tmp_path / 'upgraded', python='python3.13', dists=HF)
     res = hc.venv_distribution(venv, 'huggingface_hub')
-    assert res['version'] == '' and 'but it was made with Python %s' % OTHER_PY in res['problem'], res
+    assert res['version'] == '' and 'is Python 3.13, but it was made with Python 3.11' in res['problem'], res
     # a copied python (its name carries no version): the base python in `home` must still exist
     copied = tmp_path / 'copied'
-    (copied / 'base').mkdir(parents=True)
-    venv = make_venv(copied, cfg='home = %s\nversion = %s.2\n' % (copied / 'base', PY), dists=HF, python=False)
-    shutil.copy(sys.executable, os.path.join(venv, 'bin', 'python'))
+    base = copied / 'base'
+    venv = make_venv(copied, cfg='home = %s\nversion = 3.11.2\n' % base, dists=HF, python=None)
+    shutil.copy(str(fake_python(copied / 'elsewhere', 'python')), os.path.join(venv, 'bin', 'python'))
     res = hc.venv_distribution(venv, 'huggingface_hub')
-    assert res['version'] == '' and 'no longer holds' in res['problem'], res
-    (copied / 'base' / ('python' + PY)).write_text('')
+    assert res['version'] == '' and 'which %s no longer holds' % base in res['problem'], res
+    fake_python(base, 'python3.11')
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
 
 
 def test_venv_site_packages_is_the_one_of_its_python(tmp_path):
     # a venv upgraded in place keeps the old site-packages: only the one of its python counts
-    venv = make_venv(tmp_path, pythons=('python' + PY, 'python' + OTHER_PY))
-    assert hc.venv_site_packages(venv) == (os.path.join(venv, 'lib', 'python' + PY, 'site-packages'), '')
-    venv = make_venv(tmp_path / 'b', pythons=('python' + OTHER_PY,), dists=HF)
-    assert hc.venv_site_packages(venv) == (None, '')
-    assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '', 'problem': ''}
-    # without pyvenv.cfg: the version of the python it resolves to
+    venv = make_venv(tmp_path, cfg='version = 3.13.5\n', python='python3.13', pythons=('python3.11', 'python3.13'))
+    assert hc.venv_site_packages(venv) == (os.path.join(venv, 'lib', 'python3.13', 'site-packages'), '')
+    # none for its python: nothing it could import
+    venv = make_venv(tmp_path / 'b', pythons=('python3.13',), dists=HF)
+    assert hc.venv_site_packages(venv) == (None, 'it has no lib/python3.11/site-packages for its Python 3.11')
+    assert hc.venv_distribution(venv, 'huggingface_hub')['version'] == ''
+    # without pyvenv.cfg: the version of the python it resolves to; neither: cannot tell (pip decides)
     venv = make_venv(tmp_path / 'c', cfg=None, dists=HF)
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
+    venv = make_venv(tmp_path / 'd', cfg=None, python='python', dists=HF)
+    assert hc.venv_site_packages(venv) == (None, '')
 
 
 def test_two_installations_are_a_problem_a_leftover_folder_is_not(tmp_path):
@@ -517,20 +523,15 @@ def test_two_installations_are_a_problem_a_leftover_folder_is_not(tmp_path):
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
     # METADATA that is not UTF-8 is read, not a failure of the whole check
     venv = make_venv(tmp_path / 'c', dists=[('huggingface_hub-2.4.0.dist-info', None)])
-    with open(os.path.join(venv, 'lib', 'python' + PY, 'site-packages', 'huggingface_hub-2.4.0.dist-info',
+    with open(os.path.join(venv, 'lib', 'python3.11', 'site-packages', 'huggingface_hub-2.4.0.dist-info',
                            'METADATA'), 'wb') as f:
         f.write(b'Name: huggingface_hub\nVersion: 2.4.0\nAuthor: \xff\xfe\n')
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}
 
 
 def test_a_free_threaded_python_reads_its_own_site_packages(tmp_path):
-    base = tmp_path / 'base'
-    base.mkdir()
-    real = base / ('python%st' % PY)          # a free-threaded build keeps its packages in lib/python3.Xt
-    real.write_text('#!/bin/sh\n')
-    os.chmod(str(real), 0o755)
-    venv = make_venv(tmp_path, cfg='home = %s\nversion = %s.0\n' % (base, PY), pythons=('python%st' % PY, 'python' + PY),
-                     dists=HF, python=False)
-    os.symlink(str(real), os.path.join(venv, 'bin', 'python'))
-    assert hc.venv_site_packages(venv) == (os.path.join(venv, 'lib', 'python%st' % PY, 'site-packages'), '')
+    # a free-threaded build keeps its packages in lib/python3.Xt
+    venv = make_venv(tmp_path, cfg='home = /usr/bin\nversion = 3.13.0\n', python='python3.13t',
+                     pythons=('python3.13t', 'python3.13'), dists=HF)
+    assert hc.venv_site_packages(venv) == (os.path.join(venv, 'lib', 'python3.13t', 'site-packages'), '')
     assert hc.venv_distribution(venv, 'huggingface_hub') == {'version': '2.4.0', 'problem': ''}

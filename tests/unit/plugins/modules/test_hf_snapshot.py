@@ -5,7 +5,6 @@
 import importlib.util
 import json
 import os
-import sys
 import threading
 import urllib.request
 
@@ -197,14 +196,18 @@ def test_local_check_runs_without_huggingface_hub_and_reads_the_staging_venv(tmp
     assert rc == 0, res
     assert res['venv_huggingface_hub_version'] == '' and res['venv_problem'] == '' and res['complete'] is False
     (venv / 'bin').mkdir(parents=True)
-    os.symlink(os.path.realpath(sys.executable), str(venv / 'bin' / 'python'))
-    (venv / 'pyvenv.cfg').write_text('version = %d.%d.2\n' % sys.version_info[:2])
-    dist = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages' / 'huggingface_hub-2.4.0.dist-info'
+    base = tmp_path / 'base'
+    base.mkdir()
+    (base / 'python3.11').write_text('#!/bin/sh\n')      # what bin/python resolves to: its name says the version
+    os.chmod(str(base / 'python3.11'), 0o755)
+    os.symlink(str(base / 'python3.11'), str(venv / 'bin' / 'python'))
+    (venv / 'pyvenv.cfg').write_text('home = %s\nversion = 3.11.2\n' % base)
+    dist = venv / 'lib' / 'python3.11' / 'site-packages' / 'huggingface_hub-2.4.0.dist-info'
     dist.mkdir(parents=True)
     (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: huggingface_hub\nVersion: 2.4.0\n')
     rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
     assert rc == 0 and res['venv_huggingface_hub_version'] == '2.4.0' and res['venv_problem'] == '', res
-    (venv / 'pyvenv.cfg').write_text('version = 3.%d.2\n' % (sys.version_info[1] + 1))      # the base python changed
+    (venv / 'pyvenv.cfg').write_text('version = 3.10.12\n')      # made with 3.10: the base python changed since
     rc, res = run_module('hf_snapshot', args, env=env, tmp_path=tmp_path)
     assert rc == 0 and res['venv_huggingface_hub_version'] == '' and 'the base python changed' in res['venv_problem']
     # asking the hub still needs it, and says so
