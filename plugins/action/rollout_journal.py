@@ -154,7 +154,8 @@ class ActionModule(ActionBase):
             data.setdefault('t_ready', time.time())
         rec = engine.record(journal, host, args['phase'], _now(), data)
         _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
-        return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase'])}
+        return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase']), 'canary': bool(rec.get('canary')),
+                'halted': journal.get('halted', False)}
 
     def _do_admit(self, journal, args, host, task_vars, path, directory, check_mode):
         if journal is None:

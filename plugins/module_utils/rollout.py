@@ -286,6 +286,12 @@ def record(journal, host, phase, now, data=None):
     for key in ('before', 'after', 'gate', 'trial', 'staged', 'warm'):
         if key in data:
             rec[key] = data.pop(key)
+    if 'analysis' in data:
+        analysis = data.pop('analysis') or {}
+        if analysis:
+            rec['analysis'] = analysis
+    if phase == 'draining':
+        rec['canary'] = _canary(journal, host, rec)
     if phase == 'restarting':
         rec.setdefault('restarts', []).append({'run': run, 'kind': 'restart', 't_stop': data.get('t_stop', None),
                                                't_ready': None, 'unavailable_s': None})
@@ -300,8 +306,27 @@ def record(journal, host, phase, now, data=None):
     if phase in REMEDIES:
         rec['remedy'] = REMEDIES[phase]
     _set_phase(rec, phase, run, now, message)
+    if phase == 'rolling_back' and rec.get('canary') and (rec.get('analysis') or {}).get('passed') is False:
+        # A bad build shows on its canary: no other host of the fleet is stopped for it, whatever the budget.
+        _halt(journal, 'the canary %s of variant %s failed its analysis (%s); no other host is stopped. Remedy: '
+              'read the analysis in the report, fix the image or the variant, and run again'
+              % (host, canary_key(rec), '; '.join((rec['analysis'].get('failures') or ['see the report'])[:3])))
     journal['updated'] = now
     return rec
+
+
+def canary_key(rec):
+    """What a canary stands for: its target's variant (one canary per variant and run)."""
+    return (rec.get('target') or {}).get('variant') or '-'
+
+
+def _canary(journal, host, rec):
+    """Whether ``host``, now draining, is the canary of its variant: the first host of that variant
+    whose drain this rollout recorded (kept across resumed runs). O(1): a map variant -> host."""
+    canaries = journal.setdefault('canaries', {})
+    key = canary_key(rec)
+    canaries.setdefault(key, host)
+    return canaries[key] == host
 
 
 def _close_restart(rec, t_ready, rolled_back, failed=False):
@@ -463,6 +488,7 @@ def render_markdown(journal, width=60):
         out.append('| %s |' % ' | '.join(_cell(x) for x in (
             host + _replica_note(journal, host), v['state'], s.get('variant'), _short_image(s), (s.get('revision') or '-')[:12], v['restarts'],
             'yes' if v['rolled_back'] else 'no', v['unavailable_s'], msg)))
+    out += render_analysis(journal)
     out += ['', '## Unavailability timeline', '',
             'Seconds from the first stop of this rollout; each bar is one host out of service (from the stop of',
             'its old server to its new, or rolled-back, server passing the gates; `x`: not back).', '']
@@ -509,6 +535,48 @@ def render_markdown(journal, width=60):
         runs = ', '.join(sorted(set(str(e.get('run')) for e in rec.get('events', [])))) or '-'
         out.append('- **%s** (run %s): %s' % (host, runs, '; '.join(steps) or '-'))
     return '\n'.join(out) + '\n'
+
+
+def _pct(value):
+    return '-' if value is None else '%+.0f %%' % (float(value) * 100)
+
+
+def render_analysis(journal):
+    """The report's canary analysis: per analysed host its verdict, baseline, agreement and load
+    (old against new), and each prompt's pass or fail with what was expected and what came back."""
+    hosts = [(h, rec['analysis']) for h, rec in sorted(journal.get('hosts', {}).items()) if rec.get('analysis')]
+    if not hosts:
+        return []
+    out = ['', '## Canary analysis', '',
+           'Each analysed host: the golden set asked with greedy decoding after its gate, each answer checked by its',
+           'rule and the garbage detectors, compared with the old version\'s answers; on a canary also a short load,',
+           'old against new.', '',
+           '| host | role | verdict | prompts right | agreement (required) | baseline | TTFT p50 old -> new (s) | '
+           'tokens/s old -> new |', '| --- | --- | --- | --- | --- | --- | --- | --- |']
+    for host, an in hosts:
+        perf, old = an.get('perf') or {}, an.get('perf_old') or {}
+        ttft = '%s -> %s (%s)' % (old.get('ttft_p50_s', '-'), perf.get('ttft_p50_s', '-'), _pct(an.get('ttft_change'))) \
+            if perf else '-'
+        tps = '%s -> %s (%s)' % (old.get('output_tokens_per_s', '-'), perf.get('output_tokens_per_s', '-'),
+                                 _pct(an.get('tokens_per_s_change'))) if perf else '-'
+        agree = '-' if an.get('agreement') is None else '%.0f %% of %d (%.0f %%)' % (
+            an['agreement'] * 100, an.get('compared', 0), float(an.get('min_agreement', 0)) * 100)
+        role = 'canary' if journal['hosts'][host].get('canary') else 'later host'
+        out.append('| %s |' % ' | '.join(_cell(x) for x in (
+            host, role, 'passed' if an.get('passed') else 'FAILED', '%s of %s' % (an.get('rule_passed'), an.get('asked')),
+            agree, an.get('baseline_source'), ttft, tps)))
+    for host, an in hosts:
+        out += ['', '### %s: %s' % (host, 'passed' if an.get('passed') else 'FAILED'), '']
+        for failure in an.get('failures') or []:
+            out.append('- **%s**' % _cell(failure))
+        out += ['', '| prompt | input | result | expected | got | same as old |', '| --- | --- | --- | --- | --- | --- |']
+        for p in an.get('prompts') or []:
+            why = '; '.join((p.get('failures') or []) + (p.get('symptoms') or []))
+            same = {True: 'yes', False: 'no'}.get(p.get('matches_old'), '-')
+            out.append('| %s |' % ' | '.join(_cell(x) for x in (
+                p.get('id'), p.get('modality'), 'pass' if p.get('passed') else 'FAIL: ' + why, p.get('expected'),
+                p.get('got'), same)))
+    return out
 
 
 def _digest_of(state):
