@@ -44,19 +44,21 @@ def rollout_plan(hosts, hostvars, key, default):
     return default
 
 
-def replica_batches(hosts, hostvars, serial, fact='rollout_deployment'):
-    """(order, sizes) of rep.batches from the hosts' deployment contracts (their ``fact``)."""
-    replica_map, heads = {}, {}
+def replica_batches(hosts, hostvars, serial, fact='rollout_deployment', per_variant=False):
+    """(order, sizes) of rep.batches from the hosts' deployment contracts (their ``fact``);
+    ``per_variant``: a canary batch for each variant first (rep.batches ``keys``)."""
+    replica_map, heads, keys = {}, {}, {}
     for host in hosts:
         try:
             contract = hostvars[host].get(fact)
         except (KeyError, AttributeError):
             contract = None
+        keys[host] = (contract or {}).get('variant')
         info = ((contract or {}).get('entry') or {}).get('replica') or {}
         if info.get('name'):
             replica_map[host] = info['name']
             heads[info['name']] = info.get('head')
-    order, sizes = rep.batches(list(hosts), replica_map, serial, heads)
+    order, sizes = rep.batches(list(hosts), replica_map, serial, heads, keys if per_variant else None)
     return {'hosts': order, 'serial': sizes}
 
 

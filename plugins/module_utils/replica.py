@@ -111,12 +111,17 @@ def _size(spec, total):
     return max(1, int(text))
 
 
-def batches(hosts, replica_map, serial, heads=None):
+def batches(hosts, replica_map, serial, heads=None, keys=None):
     """Restart batches of whole replicas, Ansible's ``serial`` semantics in replicas: ``serial``
     is a number, a percentage or a list of them (the last repeats); percentages are of the
     replicas; a batch never splits a replica. Returns (order, sizes): the hosts in batch order
     (members of a replica side by side, head first when ``heads`` names it) and the batch sizes
-    in hosts, ready for a play's ``hosts`` and ``serial``."""
+    in hosts, ready for a play's ``hosts`` and ``serial``.
+
+    ``keys`` (host -> variant): when the first batch is one replica (a canary), each variant
+    gets a canary batch of its first replica before any other batch, so that no second host of
+    a variant stops before that variant's canary passed its gate and analysis; the other
+    batches follow from ``serial``'s second entry on. One variant: the same as without."""
     unit_list = units(hosts, replica_map)
     heads = heads or {}
     for unit in unit_list:
@@ -129,6 +134,28 @@ def batches(hosts, replica_map, serial, heads=None):
     order, sizes = [], []
     position = 0
     step = 0
+    if keys and total and _size(specs[0], total) == 1:
+        canaries, seen = [], set()
+        for unit in unit_list:
+            key = keys.get(unit['hosts'][0])
+            if key not in seen:
+                seen.add(key)
+                canaries.append(unit)
+        for unit in canaries:
+            order.extend(unit['hosts'])
+            sizes.append(len(unit['hosts']))
+        unit_list = [u for u in unit_list if u not in canaries]
+        total_left = len(unit_list)
+        step = 1
+        while position < total_left:
+            count = _size(specs[min(step, len(specs) - 1)], total)
+            chunk = unit_list[position:position + count]
+            hosts_in = [h for unit in chunk for h in unit['hosts']]
+            order.extend(hosts_in)
+            sizes.append(len(hosts_in))
+            position += count
+            step += 1
+        return order, sizes
     while position < total:
         count = _size(specs[min(step, len(specs) - 1)], total)
         chunk = unit_list[position:position + count]
