@@ -25,6 +25,13 @@ ARGUMENT_SPEC = dict(
 ROLLOUT_VARS = [name for name, _k, _c, _e in checks.RULES] + ['rollout_serial']
 TABLE_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
                           'variants.yml')
+GOLDEN_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'rollout', 'defaults', 'main',
+                           'golden_set.yml')
+
+
+def _shipped_golden_set():
+    with open(GOLDEN_FILE) as f:
+        return yaml.safe_load(f)['rollout_analysis_golden_set']
 
 
 def _shipped_table():
@@ -59,7 +66,9 @@ class ActionModule(ActionBase):
             task_vars.get('ansible_run_tags'), task_vars.get('ansible_skip_tags'))
         hostvars = task_vars.get('hostvars', {})
         shipped = _shipped_table()
+        golden = _shipped_golden_set()
         per_host = {}
+        plan = None
         for host in targets:
             hv = hostvars[host]
             problems = []
@@ -78,6 +87,10 @@ class ActionModule(ActionBase):
                                     'anything runs: define it (ansible-vault) and run with --ask-vault-pass or '
                                     '--vault-password-file' % (name, error))
             problems.extend(self._table_problems(hv, shipped))
+            prompts, prompt_problems = self._golden_set(hv, golden)
+            problems.extend(prompt_problems)
+            if plan is None and not prompt_problems:
+                plan = checks.analysis_plan(settings, prompts)
             per_host[host] = problems
         lines = run_problems + checks.collect(per_host)
         result['changed'] = False
@@ -89,7 +102,25 @@ class ActionModule(ActionBase):
                              % (len(lines), '\n- '.join(lines)))
         else:
             result['msg'] = 'Settings checked for %d host(s)' % len(targets)
+        result['analysis_plan'] = plan or ''
         return result
+
+    @staticmethod
+    def _golden_set(hv, shipped):
+        values = {}
+        for name in ('rollout_analysis_golden_set', 'rollout_analysis_extra_prompts'):
+            present, value, error = _get(hv, name)
+            if error:
+                return [], ['%s cannot be resolved: %s' % (name, error)]
+            if present:
+                values[name] = value
+        golden = values.get('rollout_analysis_golden_set')
+        extra = values.get('rollout_analysis_extra_prompts', [])
+        problems = checks.analysis_problems(shipped, extra, golden)
+        if problems:
+            return [], problems
+        from ansible_collections.inkling.fleet.plugins.module_utils import analysis
+        return analysis.merge_prompts(shipped if golden is None else golden, extra), []
 
     @staticmethod
     def _table_problems(hv, shipped):

@@ -95,6 +95,18 @@ RULES = (
     ('rollout_cache_seed_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
     ('rollout_cache_seed_serve_s', 'int', lambda v: v >= 60, 'a whole number of seconds >= 60'),
     ('rollout_hook_method', 'str', lambda v: v.upper() in HOOK_METHODS, 'one of ' + ', '.join(HOOK_METHODS)),
+    ('rollout_canary_per_variant', 'bool', lambda v: True, 'true or false'),
+    ('rollout_analysis', 'bool', lambda v: True, 'true or false (false: no canary analysis)'),
+    ('rollout_analysis_ab', 'bool', lambda v: True, 'true or false'),
+    ('rollout_analysis_min_agreement', 'num', lambda v: 0 <= v <= 1,
+     'a share from 0 to 1 of the greedy answers that must equal the old version\'s (default 0.8)'),
+    ('rollout_analysis_max_regression', 'num', lambda v: 0 < v < 1,
+     'a fraction above 0 and below 1 (default 0.2: TTFT p50 +20 %, tokens/s -20 %)'),
+    ('rollout_analysis_load_requests', 'int', lambda v: 0 <= v <= 256,
+     'a whole number of concurrent requests from 0 (no load) to 256 (default 16)'),
+    ('rollout_analysis_load_max_tokens', 'int', lambda v: 1 <= v <= 4096, 'a whole number of tokens from 1 to 4096'),
+    ('rollout_analysis_load_hosts', 'str', lambda v: v in ('canary', 'all'), 'canary or all'),
+    ('rollout_analysis_request_timeout_s', 'num', lambda v: v > 0, 'a number of seconds > 0'),
 )
 
 
@@ -157,3 +169,36 @@ def collect(per_host):
         else:
             lines.append('%s (on %s)' % (problem, ', '.join(who[problem])))
     return lines
+
+
+def analysis_problems(shipped, extra, golden=None):
+    """Problems of the golden set the run would ask: the shipped set (or the inventory's
+    ``rollout_analysis_golden_set``, ``golden``) with ``rollout_analysis_extra_prompts``."""
+    from ansible_collections.inkling.fleet.plugins.module_utils import analysis
+    base = shipped if golden is None else golden
+    problems = analysis.validate_prompts(base, 'rollout_analysis_golden_set')
+    if not isinstance(extra, list):
+        return problems + ['rollout_analysis_extra_prompts must be a list of prompts, got %s' % type(extra).__name__]
+    problems.extend(analysis.validate_prompts(extra, 'rollout_analysis_extra_prompts'))
+    return [p + '. Remedy: fix the entry (docs/rollout.md, "Extending the golden set")' for p in problems]
+
+
+def analysis_plan(settings, prompts):
+    """What the canary analysis will ask, in one line (printed by the first play, also in --check)."""
+    on = _bool(settings.get('rollout_analysis', True))
+    if on is False:
+        return 'Canary analysis: off (rollout_analysis: false): hosts are gated on /health, /v1/models and a completion only'
+    by_input = {}
+    for p in prompts:
+        kind = 'audio' if p.get('audio') else 'image' if p.get('image') else 'text'
+        by_input[kind] = by_input.get(kind, 0) + 1
+    load = _int(settings.get('rollout_analysis_load_requests', 16)) or 0
+    where = settings.get('rollout_analysis_load_hosts', 'canary')
+    return ('Canary analysis: %d prompts after each gate (%s; image and audio only where the variant declares them)'
+            ', greedy; %s; agreement with the old version >= %s, TTFT p50 and tokens/s within %s'
+            % (len(prompts), ', '.join('%d %s' % (n, k) for k, n in sorted(by_input.items())),
+               ('load %d x %s tokens on %s' % (load, settings.get('rollout_analysis_load_max_tokens', 128),
+                                               'each variant\'s canary, old then new' if where == 'canary' else 'every host'))
+               if load else 'no load', settings.get('rollout_analysis_min_agreement', 0.8),
+               settings.get('rollout_analysis_max_regression', 0.2)))
+
