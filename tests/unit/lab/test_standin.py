@@ -2,10 +2,12 @@
 # Apache License 2.0 (see LICENSE)
 """Tests for the lab's vLLM stand-in (lab/standin/vllm), run as a real subprocess on 127.0.0.1."""
 
+import http.client
 import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +23,8 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
 VARIANTS = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
+GOLDEN = os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')
+ANSWERS = os.path.join(REPO, 'lab', 'standin', 'answers.json')
 REPO_ID = 'thinkingmachines/Inkling-NVFP4'
 REV = '0123456789abcdef0123456789abcdef01234567'
 
@@ -335,3 +339,285 @@ def test_sigterm_drains_in_flight_request(server):
     assert result['r'][0] == 200
     assert rc == 0
     assert 'draining 1 in-flight request(s)' in err and 'Shutdown complete.' in err
+
+
+# --- chat: the canary analysis's golden set, streaming, load, faults ----------------------------
+
+# Chat pacing for tests where timing is not the point (the defaults make a 10-token answer 0.23 s).
+FAST = {'STANDIN_TTFT_S': '0', 'STANDIN_TOKEN_S': '0'}
+CANNOT_SEE = 'I cannot see an image in this message.'
+CANNOT_HEAR = 'I cannot hear any audio in this message.'
+
+
+def golden_set():
+    with open(GOLDEN) as fh:
+        return yaml.safe_load(fh)['rollout_analysis_golden_set']
+
+
+def answer_table():
+    with open(ANSWERS) as fh:
+        return json.load(fh)['answers']
+
+
+def passes(expect, text):
+    """The golden set's rule (its header): number = the first number equals it, contains =
+    case-insensitive substring(s), regex = re.search, equals = equal after trimming."""
+    if 'number' in expect:
+        m = re.search(r'-?\d+(?:\.\d+)?', text)
+        if not m or float(m.group(0)) != float(expect['number']):
+            return False
+    if 'contains' in expect:
+        items = expect['contains'] if isinstance(expect['contains'], list) else [expect['contains']]
+        if not all(i.lower() in text.lower() for i in items):
+            return False
+    if 'regex' in expect and not re.search(expect['regex'], text):
+        return False
+    if 'equals' in expect and text.strip() != expect['equals'].strip():
+        return False
+    return True
+
+
+def chat_body(prompt, media=True, model=REPO_ID, **extra):
+    """The request inkling.fleet.vllm_analysis sends for one golden prompt (media=False: its image or
+    audio part left out)."""
+    content = prompt['prompt']
+    if media and prompt.get('image'):
+        content = [{'type': 'text', 'text': prompt['prompt']},
+                   {'type': 'image_url', 'image_url': {'url': 'data:%s;base64,%s' % (
+                       prompt['image']['media_type'], ''.join(prompt['image']['data'].split()))}}]
+    elif media and prompt.get('audio'):
+        content = [{'type': 'text', 'text': prompt['prompt']},
+                   {'type': 'input_audio', 'input_audio': {'data': ''.join(prompt['audio']['data'].split()),
+                                                           'format': prompt['audio']['format']}}]
+    body = {'model': model, 'messages': [{'role': 'user', 'content': content}], 'temperature': 0,
+            'max_tokens': prompt.get('max_tokens', 16), 'seed': 0,
+            'chat_template_kwargs': {'reasoning_effort': 'none'}}
+    body.update(extra)
+    return body
+
+
+def by_id(ident):
+    return next(p for p in golden_set() if p['id'] == ident)
+
+
+def stream(s, body, timeout=20):
+    """POST a streaming chat request; (headers, [(seconds since the request, event payload)])."""
+    conn = http.client.HTTPConnection('127.0.0.1', s.port, timeout=timeout)
+    t0 = time.monotonic()
+    conn.request('POST', '/v1/chat/completions', json.dumps(dict(body, stream=True)),
+                 {'Content-Type': 'application/json'})
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()
+    events = []
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        line = line.decode().rstrip('\r\n')
+        if line.startswith('data: '):
+            events.append((time.monotonic() - t0, line[len('data: '):]))
+        else:
+            assert line == '', line
+    conn.close()
+    return resp.headers, events
+
+
+def content_of(events):
+    chunks = [json.loads(p) for _, p in events if p != '[DONE]']
+    return [c['choices'][0]['delta'].get('content') for c in chunks if c['choices'] and
+            c['choices'][0]['delta'].get('content') is not None]
+
+
+def test_golden_set_answered_by_the_table(server):
+    table = answer_table()
+    assert len(golden_set()) == len(table) == 10
+    s = server(env=FAST)
+    assert s.wait_open()
+    mod = load_standin()
+    for p in golden_set():
+        code, body = s.post('/v1/chat/completions', chat_body(p))
+        assert code == 200, (p['id'], body)
+        text = body['choices'][0]['message']['content']
+        assert text == table[p['prompt']]['answer'], p['id']
+        assert passes(p['expect'], text), (p['id'], text)
+        assert body['object'] == 'chat.completion' and body['choices'][0]['finish_reason'] == 'stop'
+        assert body['usage']['completion_tokens'] == len(mod.tokens(text))
+        assert body['usage']['total_tokens'] == body['usage']['prompt_tokens'] + body['usage']['completion_tokens']
+    # Whitespace in the prompt does not matter; the table's drift wordings pass the rules too.
+    p = by_id('fact-capital')
+    code, body = s.post('/v1/chat/completions', chat_body(dict(p, prompt='  ' + p['prompt'].replace(' ', '\n  '))))
+    assert body['choices'][0]['message']['content'] == 'Paris'
+    drifts = [(p, table[p['prompt']]['drift']) for p in golden_set() if 'drift' in table[p['prompt']]]
+    assert len(drifts) >= 4
+    for p, text in drifts:
+        assert text != table[p['prompt']]['answer'] and passes(p['expect'], text), (p['id'], text)
+
+
+def test_media_prompts_need_their_media(server):
+    s = server(env=FAST)
+    assert s.wait_open()
+    image, audio = by_id('image-colour'), by_id('audio-digit')
+    assert s.post('/v1/chat/completions', chat_body(image, media=False))[1]['choices'][0]['message']['content'] == CANNOT_SEE
+    assert s.post('/v1/chat/completions', chat_body(audio, media=False))[1]['choices'][0]['message']['content'] == CANNOT_HEAR
+    bad = chat_body(image)
+    bad['messages'][0]['content'][1]['image_url']['url'] = 'data:image/png;base64,@@not base64@@'
+    assert s.post('/v1/chat/completions', bad)[1]['choices'][0]['message']['content'] == CANNOT_SEE
+    # An image where the audio prompt needs audio is not audio.
+    wrong = chat_body(audio, media=False)
+    wrong['messages'][0]['content'] = chat_body(image)['messages'][0]['content'][1:] + [
+        {'type': 'text', 'text': audio['prompt']}]
+    assert s.post('/v1/chat/completions', wrong)[1]['choices'][0]['message']['content'] == CANNOT_HEAR
+
+
+def test_arithmetic_and_unknown_prompts():
+    mod = load_standin()
+
+    def ask(text):
+        return mod.answer([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': text}])
+    assert ask('What is 12 multiplied by 11? Answer with the number only.') == '132'
+    assert ask('What is 40 plus 2?') == '42'
+    assert ask('What is 5 minus 9? Answer with the number only.') == '-4'
+    assert ask('Who wrote Hamlet?') == 'I do not know the answer to that.'
+    assert mod.tokens('2, 3, 5, 7, 11') == ['2,', ' 3,', ' 5,', ' 7,', ' 11']
+
+
+def test_max_tokens_and_ignore_eos(server):
+    s = server(env=FAST)
+    assert s.wait_open()
+    primes = by_id('instruction-primes')
+    code, body = s.post('/v1/chat/completions', chat_body(primes, max_tokens=2))
+    assert body['choices'][0]['message']['content'] == '2, 3,'
+    assert body['choices'][0]['finish_reason'] == 'length' and body['usage']['completion_tokens'] == 2
+    load = {'model': REPO_ID, 'max_tokens': 40, 'ignore_eos': True, 'temperature': 0,
+            'messages': [{'role': 'user', 'content': 'Write a long story about a lighthouse keeper (3).'}]}
+    code, body = s.post('/v1/chat/completions', load)
+    assert body['usage']['completion_tokens'] == 40 and body['choices'][0]['finish_reason'] == 'length'
+    text = body['choices'][0]['message']['content']
+    assert len(load_standin().tokens(text)) == 40 and len(set(text.split())) > 10  # words, not one repeated character
+    _, events = stream(s, dict(load, stream_options={'include_usage': True}))
+    assert len(content_of(events)) == 40
+    assert json.loads(events[-2][1])['usage']['completion_tokens'] == 40
+
+
+def test_streaming_sends_tokens_as_they_come(server):
+    s = server(env={'STANDIN_TTFT_S': '0.1', 'STANDIN_TOKEN_S': '0.03'})
+    assert s.wait_open()
+    count = by_id('instruction-count')
+    headers, events = stream(s, chat_body(count, stream_options={'include_usage': True}))
+    assert headers['Content-Type'].startswith('text/event-stream')
+    assert events[-1][1] == '[DONE]'
+    chunks = [json.loads(p) for _, p in events[:-1]]
+    assert all(c['object'] == 'chat.completion.chunk' for c in chunks)
+    assert chunks[0]['choices'][0]['delta']['role'] == 'assistant'
+    toks = content_of(events)
+    assert ''.join(toks) == '1 2 3 4 5 6 7 8 9 10' and len(toks) == 10
+    content_times = [t for (t, p), c in zip(events, chunks + [None]) if c and c['choices'] and
+                     c['choices'][0]['delta'].get('content')]
+    ttft, last = content_times[0], content_times[-1]
+    assert ttft >= 0.09
+    assert last - ttft >= 9 * 0.03 * 0.8, (ttft, last)  # tokens arrive one by one, not all at the end
+    assert chunks[-2]['choices'][0]['finish_reason'] == 'stop'
+    assert chunks[-1]['choices'] == [] and chunks[-1]['usage']['completion_tokens'] == 10
+    # Without include_usage there is no usage chunk; non-streaming pays the same time before answering.
+    _, events = stream(s, chat_body(count))
+    assert events[-1][1] == '[DONE]' and 'usage' not in json.loads(events[-2][1])
+    t0 = time.monotonic()
+    code, body = s.post('/v1/chat/completions', chat_body(count))
+    assert code == 200 and time.monotonic() - t0 >= 0.1 + 9 * 0.03 * 0.9
+    # The gate's ping stays instant.
+    t0 = time.monotonic()
+    assert s.post('/v1/completions', {'model': REPO_ID, 'prompt': 'ping', 'max_tokens': 1})[0] == 200
+    assert time.monotonic() - t0 < 0.1
+
+
+def test_fault_garbage(server):
+    s = server(args=['--served-model-name', 'inkling'], env=dict(FAST, STANDIN_FAULT='garbage'))
+    assert s.wait_open()
+    for p in golden_set()[:3]:
+        code, body = s.post('/v1/chat/completions', chat_body(p, model='inkling'))
+        assert code == 200
+        assert body['choices'][0]['message']['content'] == '!' * p['max_tokens']
+        assert body['choices'][0]['finish_reason'] == 'length'
+        assert body['usage']['completion_tokens'] == p['max_tokens']
+        assert not passes(p['expect'], body['choices'][0]['message']['content'])
+    assert s.get('/health')[0] == 200 and s.get('/v1/models')[0] == 200
+    assert s.post('/v1/completions', {'model': 'inkling', 'prompt': 'ping', 'max_tokens': 1})[0] == 200
+
+
+def test_fault_mm_broken(server):
+    s = server(env=dict(FAST, STANDIN_FAULT='mm_broken'))
+    assert s.wait_open()
+    for p in golden_set():
+        text = s.post('/v1/chat/completions', chat_body(p))[1]['choices'][0]['message']['content']
+        if p.get('image'):
+            assert text == CANNOT_SEE
+        elif p.get('audio'):
+            assert text == CANNOT_HEAR
+        else:
+            assert passes(p['expect'], text), (p['id'], text)
+
+
+def test_fault_drift(server):
+    table = answer_table()
+    s = server(env=dict(FAST, STANDIN_FAULT='drift'))
+    assert s.wait_open()
+    drifted = 0
+    for p in golden_set():
+        text = s.post('/v1/chat/completions', chat_body(p))[1]['choices'][0]['message']['content']
+        entry = table[p['prompt']]
+        assert text == entry.get('drift', entry['answer']), p['id']
+        assert passes(p['expect'], text), (p['id'], text)
+        drifted += 'drift' in entry
+    assert drifted >= 4
+    assert s.post('/v1/chat/completions', chat_body(by_id('fact-capital')))[1]['choices'][0]['message'][
+        'content'] == 'Paris, France'
+
+
+def test_fault_slow(server, monkeypatch):
+    def rate(s):
+        body = {'model': REPO_ID, 'max_tokens': 16, 'ignore_eos': True,
+                'messages': [{'role': 'user', 'content': 'Write a long story about a lighthouse keeper (1).'}]}
+        _, events = stream(s, body)
+        times = [t for t, p in events if p != '[DONE]' and json.loads(p)['choices'] and
+                 json.loads(p)['choices'][0]['delta'].get('content')]
+        return times[0], (len(times) - 1) / (times[-1] - times[0])
+    pacing = {'STANDIN_TTFT_S': '0.05', 'STANDIN_TOKEN_S': '0.01'}
+    normal, slow = server(env=pacing), server(env=dict(pacing, STANDIN_FAULT='slow'))
+    assert normal.wait_open() and slow.wait_open()
+    (ttft_n, tps_n), (ttft_s, tps_s) = rate(normal), rate(slow)
+    assert tps_s <= 0.6 * tps_n, (tps_s, tps_n)
+    assert ttft_s >= 1.6 * 0.05 and ttft_n < ttft_s
+    monkeypatch.setenv('STANDIN_TTFT_S', '0.05')
+    monkeypatch.setenv('STANDIN_TOKEN_S', '0.02')
+    monkeypatch.setenv('STANDIN_SLOW_FACTOR', '2')
+    assert load_standin().pace('') == pytest.approx((0.1, 0.04))
+    assert load_standin().pace('slow') == pytest.approx((0.2, 0.08))
+
+
+def test_fault_overload(server):
+    s = server(env={'STANDIN_FAULT': 'overload', 'STANDIN_MAX_CONCURRENCY': '8',
+                    'STANDIN_TTFT_S': '0.5', 'STANDIN_TOKEN_S': '0'})
+    assert s.wait_open()
+    body = chat_body(by_id('arithmetic-multiply'))
+    results = []
+    barrier = threading.Barrier(12)
+
+    def call():
+        barrier.wait()
+        results.append(s.post('/v1/chat/completions', body))
+    threads = [threading.Thread(target=call) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    codes = sorted(code for code, _ in results)
+    assert len(codes) == 12
+    assert codes.count(200) >= 8 and codes.count(500) >= 1, codes
+    assert all(b['choices'][0]['message']['content'] == '391' for c, b in results if c == 200)
+    err = json.loads(next(b for c, b in results if c == 500))['error']
+    assert err == {'message': 'CUDA error: an illegal memory access was encountered',
+                   'type': 'InternalServerError', 'code': 500}
+    # One at a time it answers again.
+    assert s.post('/v1/chat/completions', body)[0] == 200
+    rc, log = s.stop()
+    assert re.search(r'ERROR .*CUDA error: an illegal memory access was encountered', log)
