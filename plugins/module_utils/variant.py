@@ -34,8 +34,10 @@ ENTRY_KEYS = {
     'model': 'dict', 'tensor_parallel_size': 'int', 'image': 'dict', 'vllm_args': 'strlist',
     'env': 'strdict', 'mounts': 'list', 'min_driver': 'str', 'served_model_name': 'str',
     'notes': 'strlist', 'sources': 'strlist', 'description': 'str',
-    'nodes_per_replica': 'int', 'node_args': 'dict',
+    'nodes_per_replica': 'int', 'node_args': 'dict', 'modalities': 'strlist',
 }
+# What a variant's server takes as input; the canary analysis asks only these (docs/rollout.md).
+MODALITIES = ('text', 'image', 'audio')
 REQUIRED_KEYS = ('architecture', 'compute_caps', 'model', 'tensor_parallel_size', 'image',
                  'vllm_args', 'min_driver', 'served_model_name')
 MODEL_KEYS = ('repo_id', 'revision', 'min_total_gpu_memory_mib', 'size_bytes')
@@ -226,6 +228,9 @@ def validate_entry(name, entry):
         errors.append('%s: architecture %r is not one of %s' % (where, entry['architecture'], ', '.join(ARCHITECTURES)))
     if entry['tensor_parallel_size'] < 1:
         errors.append('%s: tensor_parallel_size must be >= 1' % where)
+    for mod in entry.get('modalities') or []:
+        if mod not in MODALITIES:
+            errors.append('%s: modalities: %r is not one of %s' % (where, mod, ', '.join(MODALITIES)))
     if not DRIVER_RE.match(entry['min_driver']):
         errors.append('%s: min_driver %r is not a driver version like "580.65.06"' % (where, entry['min_driver']))
 

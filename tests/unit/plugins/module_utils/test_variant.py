@@ -400,3 +400,12 @@ def test_a_bad_override_layer_is_named():
     with pytest.raises(VariantTableError) as e:
         merge_overrides([('preflight_variant_overrides_gpu_h200', {'sm90-patched': 'x'})])
     assert e.value.errors == ["preflight_variant_overrides_gpu_h200: override 'sm90-patched' must be a dict, got str"]
+
+
+def test_modalities_name_known_inputs_only(table):
+    assert vt.validate_entry('sm100', table['sm100']) == []
+    assert table['sm90-patched']['modalities'] == ['text', 'image', 'audio']
+    entry = dict(table['sm100'], modalities=['text', 'video'])
+    errors = vt.validate_entry('sm100', entry)
+    assert errors == ["entry 'sm100': modalities: 'video' is not one of text, image, audio"]
+    assert 'a list of strings' in vt.validate_entry('sm100', dict(table['sm100'], modalities='text'))[0]
