@@ -151,7 +151,7 @@ cmd_down() {
     rm -rf "$LAB_STATE" "$LAB_GENERATED"
     # Never --force: an image another container still uses (a molecule platform, say)
     # stays, and that container keeps running.
-    for img in "$LAB_STANDIN_LOCAL:lab" "$LAB_STANDIN_LOCAL:bad" "$LAB_STANDIN_LOCAL:oldarch" "$LAB_IMAGE"; do
+    for img in "${LAB_STANDIN_TAGS[@]/#/$LAB_STANDIN_LOCAL:}" "$LAB_IMAGE"; do
       if podman image exists "$img" && ! podman rmi "$img" >/dev/null 2>&1; then
         warn "kept $img: a container outside the lab still uses it"
       fi

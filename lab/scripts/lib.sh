@@ -23,7 +23,7 @@ LAB_SETTINGS=$LAB_INVENTORY/group_vars/all/lab.yml
 # The vLLM stand-in images built by lab/standin/ and where they go in the lab registry.
 LAB_STANDIN_LOCAL=localhost/inkling-vllm-standin
 LAB_STANDIN_REPO=inkling/vllm-standin
-LAB_STANDIN_TAGS=(lab bad oldarch)
+LAB_STANDIN_TAGS=(lab bad oldarch garbage mmbroken drift slow overload)
 
 # Labels mark everything lab.sh creates, so `down` removes exactly that.
 LAB_LABEL=io.inkling.lab=1

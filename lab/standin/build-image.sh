@@ -4,6 +4,9 @@
 #   localhost/inkling-vllm-standin:bad      (same files, ENV STANDIN_FAULT=never_healthy)
 #   localhost/inkling-vllm-standin:oldarch  (same files, its PyTorch stand-in carries no kernels for
 #                                            the lab hosts' compute capabilities 9.0 and 10.0)
+#   localhost/inkling-vllm-standin:garbage, :mmbroken, :drift, :slow, :overload
+#                                           (same files, ENV STANDIN_FAULT=garbage, mm_broken, drift,
+#                                            slow, overload: builds the canary analysis must stop)
 # The root filesystem is the python3 interpreter, the stdlib modules the stand-in
 # imports, and their shared libraries, copied out of the lab host image
 # (Debian trixie), and the stand-in's vllm and torch packages (site/README.md).
@@ -16,8 +19,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/../conf/containers.conf}
 host_image=${LAB_HOST_IMAGE:-localhost/inkling-lab-host:trixie}
 repo=${STANDIN_IMAGE_REPO:-localhost/inkling-vllm-standin}
-tags=(lab bad oldarch)
-src_sum=$( (cat "$here/vllm" "$0"; find "$here/site" -type f -name '*.py' | LC_ALL=C sort | xargs cat) |
+tags=(lab bad oldarch garbage mmbroken drift slow overload)
+src_sum=$( (cat "$here/vllm" "$here/answers.json" "$0"; find "$here/site" -type f -name '*.py' | LC_ALL=C sort | xargs cat) |
   sha256sum | cut -c1-16)
 
 built=1
@@ -103,6 +106,7 @@ site=usr/local/lib/python$pyver/dist-packages
 mkdir -p "$root/$site"
 cp -a "$here/site/vllm" "$here/site/torch" "$root/$site/"
 cp "$here/vllm" "$root/$site/vllm/_standin.py"
+cp "$here/answers.json" "$root/$site/vllm/answers.json"
 # No /usr/bin/env in the image: point the shebang at the interpreter directly.
 printf '#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
   > "$root/usr/local/bin/vllm"
@@ -124,6 +128,10 @@ tar -C "$root" -c . | podman import -q "${common[@]}" - "$repo:lab" >/dev/null
 tar -C "$root" -c . | podman import -q "${common[@]}" --change 'ENV STANDIN_FAULT=never_healthy' - "$repo:bad" >/dev/null
 tar -C "$root" -c . | podman import -q "${common[@]}" --change 'ENV STANDIN_TORCH_ARCH_FLAGS="sm_75 sm_80 sm_86"' - \
   "$repo:oldarch" >/dev/null
+# The faulty builds of the canary analysis (docs/rollout.md): each answers 200 and fails otherwise.
+for fault in garbage mm_broken drift slow overload; do
+  tar -C "$root" -c . | podman import -q "${common[@]}" --change "ENV STANDIN_FAULT=$fault" - "$repo:${fault/_/}" >/dev/null
+done
 for t in "${tags[@]}"; do
   echo "standin: built $repo:$t ($(podman image inspect --format '{{.Size}}' "$repo:$t") bytes, id $(podman image inspect --format '{{.Id}}' "$repo:$t" | cut -c1-12))"
 done

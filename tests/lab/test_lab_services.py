@@ -59,8 +59,8 @@ def test_registry_holds_the_standin_digests_this_checkout_generated():
     settings = load('lab.yml')
     ca = os.path.join(STATE, 'pki', 'ca.crt')
     repo = generated['lab_generated_standin_image'].split('/', 1)[1]
-    for tag, key in (('lab', 'lab_generated_standin_digest_lab'), ('bad', 'lab_generated_standin_digest_bad'),
-                     ('oldarch', 'lab_generated_standin_digest_oldarch')):
+    for tag in ('lab', 'bad', 'oldarch', 'garbage', 'mmbroken', 'drift', 'slow', 'overload'):
+        key = 'lab_generated_standin_digest_' + tag
         res = subprocess.run(
             ['curl', '-sSf', '--max-time', '10', '--cacert', ca, '-u',
              '%s:%s' % (settings['lab_registry_username'], settings['lab_registry_password']),
