@@ -46,7 +46,7 @@ def rollout_plan(hosts, hostvars, key, default):
 
 def replica_batches(hosts, hostvars, serial, fact='rollout_deployment', per_variant=False):
     """(order, sizes) of rep.batches from the hosts' deployment contracts (their ``fact``);
-    ``per_variant``: a canary batch for each variant first (rep.batches ``keys``)."""
+    ``per_variant``: a first batch of one canary per variant (rep.batches ``keys``)."""
     replica_map, heads, keys = {}, {}, {}
     for host in hosts:
         try:

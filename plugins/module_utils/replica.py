@@ -118,10 +118,11 @@ def batches(hosts, replica_map, serial, heads=None, keys=None):
     (members of a replica side by side, head first when ``heads`` names it) and the batch sizes
     in hosts, ready for a play's ``hosts`` and ``serial``.
 
-    ``keys`` (host -> variant): when the first batch is one replica (a canary), each variant
-    gets a canary batch of its first replica before any other batch, so that no second host of
-    a variant stops before that variant's canary passed its gate and analysis; the other
-    batches follow from ``serial``'s second entry on. One variant: the same as without."""
+    ``keys`` (host -> variant): when the first batch is one replica (a canary), the first batch
+    holds the first replica of each variant instead (one canary per variant, restarted side by
+    side), so that no second host of a variant stops before that variant's canary passed its
+    gate and analysis; the other batches follow from ``serial``'s second entry on. One variant:
+    the same as without."""
     unit_list = units(hosts, replica_map)
     heads = heads or {}
     for unit in unit_list:
@@ -143,7 +144,7 @@ def batches(hosts, replica_map, serial, heads=None, keys=None):
                 canaries.append(unit)
         for unit in canaries:
             order.extend(unit['hosts'])
-            sizes.append(len(unit['hosts']))
+        sizes.append(sum(len(unit['hosts']) for unit in canaries))
         unit_list = [u for u in unit_list if u not in canaries]
         total_left = len(unit_list)
         step = 1

@@ -203,3 +203,98 @@ def test_the_filters_read_the_plan_and_the_contracts_from_hostvars():
     hostvars['s1']['rollout_batch_plan'] = plan
     assert flt.rollout_plan(['h100-a', 's1'], hostvars, 'serial', [9]) == [2, 1]
     assert flt.rollout_plan(['h100-a'], hostvars, 'hosts', 'inkling_fleet') == 'inkling_fleet'
+
+
+# --- one canary per variant (batches keys=, replica_batches per_variant=) ---------------------
+
+FLEET = ['h200-1', 'h200-2', 'b200-1', 'b200-2']
+FLEET_VARIANTS = {'h200-1': 'sm90-patched', 'h200-2': 'sm90-patched', 'b200-1': 'sm100', 'b200-2': 'sm100'}
+
+
+def split(order, sizes):
+    out, position = [], 0
+    for size in sizes:
+        out.append(order[position:position + size])
+        position += size
+    assert position == len(order)
+    return out
+
+
+def test_per_variant_puts_one_canary_of_each_variant_before_any_second_host():
+    order, sizes = rep.batches(FLEET, {}, [1, '50%'], keys=FLEET_VARIANTS)
+    # One canary of each variant, side by side in the first batch (a failed canary halts before any
+    # second host of its variant stops), then the serial plan from its second entry on (50 % of 4: 2).
+    assert split(order, sizes) == [['h200-1', 'b200-1'], ['h200-2', 'b200-2']]
+
+
+def test_without_per_variant_the_plan_is_the_old_one():
+    assert split(*rep.batches(FLEET, {}, [1, '50%'])) == [['h200-1'], ['h200-2', 'b200-1'], ['b200-2']]
+    assert split(*rep.batches(FLEET, {}, [1, '50%'], keys=None)) == [['h200-1'], ['h200-2', 'b200-1'], ['b200-2']]
+
+
+def test_the_rest_follow_the_serial_plan_from_its_second_entry():
+    hosts = ['h%d' % i for i in range(1, 6)] + ['b%d' % i for i in range(1, 4)]
+    keys = dict((h, 'sm90-patched' if h.startswith('h') else 'sm100') for h in hosts)
+    # 8 hosts: canaries h1 and b1, then 2, 3, 3, ... (the last entry repeats) of the 6 left.
+    assert split(*rep.batches(hosts, {}, [1, 2, 3], keys=keys)) == \
+        [['h1', 'b1'], ['h2', 'h3'], ['h4', 'h5', 'b2'], ['b3']]
+    # Percentages are of all the replicas of the run, canaries included (25 % of 8: 2).
+    assert split(*rep.batches(hosts, {}, [1, '25%'], keys=keys)) == \
+        [['h1', 'b1'], ['h2', 'h3'], ['h4', 'h5'], ['b2', 'b3']]
+    # A plain 1: the canaries together, then every batch one host.
+    assert split(*rep.batches(hosts, {}, 1, keys=keys)) == [['h1', 'b1']] + [[h] for h in ['h2', 'h3', 'h4', 'h5', 'b2', 'b3']]
+
+
+@pytest.mark.parametrize('serial', [['100%'], [2, '50%'], '50%', 3])
+def test_per_variant_changes_nothing_when_the_first_batch_is_not_a_canary(serial):
+    assert rep.batches(FLEET, {}, serial, keys=FLEET_VARIANTS) == rep.batches(FLEET, {}, serial)
+
+
+@pytest.mark.parametrize('serial', [1, [1, '50%'], [1, 2], [1, '25%', '100%']])
+def test_per_variant_with_one_variant_is_the_plan_without(serial):
+    keys = dict((h, 'sm90-patched') for h in ORDER)
+    assert rep.batches(ORDER, REPLICAS, serial, {'r2': 'h100-d'}, keys) == \
+        rep.batches(ORDER, REPLICAS, serial, {'r2': 'h100-d'})
+
+
+# s1-s3 serve alone (sm90-patched); r1 and r2 are 2-node replicas of another variant.
+MULTI_VARIANTS = dict([(h, 'sm90-patched') for h in ('s1', 's2', 's3')]
+                      + [(h, 'sm90-h100-2node') for h in ('h100-a', 'h100-b', 'h100-c', 'h100-d')])
+
+
+def test_per_variant_keeps_a_multi_node_replica_together_head_first():
+    got = split(*rep.batches(ORDER, REPLICAS, [1, '50%'], {'r2': 'h100-d'}, MULTI_VARIANTS))
+    # Units in host order: s1, r1, s2, s3, r2 (5); the canaries s1 and r1 (a replica is one canary,
+    # all its members together), then 50 % of 5 replicas (2) a batch.
+    assert got == [['s1', 'h100-a', 'h100-b'], ['s2', 's3'], ['h100-d', 'h100-c']]
+
+
+@pytest.mark.parametrize('serial', [1, [1, '50%'], [1, 2], [1, '10%'], ['100%'], [2, 1]])
+@pytest.mark.parametrize('keys', [MULTI_VARIANTS, dict((h, h[:2]) for h in ORDER), None])
+def test_every_host_appears_exactly_once_and_no_batch_splits_a_replica(serial, keys):
+    order, sizes = rep.batches(ORDER, REPLICAS, serial, {'r2': 'h100-d'}, keys)
+    assert sorted(order) == sorted(ORDER) and len(order) == len(set(order)) == sum(sizes)
+    assert all(size >= 1 for size in sizes)
+    for batch in split(order, sizes):
+        for name in set(REPLICAS.get(h) for h in batch) - {None}:
+            assert set(h for h, r in REPLICAS.items() if r == name) <= set(batch)
+
+
+def fleet_hostvars():
+    hostvars = dict((h, {'rollout_deployment': {'variant': v, 'entry': {'name': v}}}) for h, v in FLEET_VARIANTS.items())
+    entry = {'name': 'sm90-h100-2node', 'replica': {'name': 'r1', 'head': 'h100-b'}}
+    for host in ('h100-a', 'h100-b'):
+        hostvars[host] = {'rollout_deployment': {'variant': 'sm90-h100-2node', 'entry': entry}}
+    return hostvars
+
+
+def test_the_filter_plans_a_canary_per_variant_only_when_asked():
+    hosts = FLEET + ['h100-a', 'h100-b']
+    hostvars = fleet_hostvars()
+    assert flt.replica_batches(hosts, hostvars, [1, '50%'], per_variant=True) == {
+        'hosts': ['h200-1', 'b200-1', 'h100-b', 'h100-a', 'h200-2', 'b200-2'], 'serial': [4, 2]}
+    # The positional form of the playbook's call (fact, per_variant).
+    assert flt.replica_batches(hosts, hostvars, [1, '50%'], 'rollout_deployment', True)['serial'] == [4, 2]
+    old = {'hosts': ['h200-1', 'h200-2', 'b200-1', 'b200-2', 'h100-b', 'h100-a'], 'serial': [1, 2, 3]}
+    assert flt.replica_batches(hosts, hostvars, [1, '50%']) == old
+    assert flt.replica_batches(hosts, hostvars, [1, '50%'], per_variant=False) == old
