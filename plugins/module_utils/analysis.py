@@ -450,11 +450,16 @@ def choose_baseline(live, recorded, variant=None):
     return None
 
 
+# What the journal keeps of a vllm_analysis result: never its invocation (module arguments).
+COMPACT_KEYS = ('passed', 'asked', 'rule_passed', 'agreement', 'compared', 'differ', 'min_agreement', 'baseline_source',
+                'perf', 'perf_old', 'max_regression', 'failures', 'ttft_change', 'tokens_per_s_change', 'message')
+
+
 def compact(analysis):
     """The journal's copy of an analysis: every verdict, failures in full, answers cut short."""
     if not analysis:
         return {}
-    out = dict((k, v) for k, v in analysis.items() if k != 'prompts')
+    out = dict((k, v) for k, v in analysis.items() if k in COMPACT_KEYS)
     out['prompts'] = [dict((k, r.get(k)) for k in ('id', 'modality', 'passed', 'expected', 'got', 'failures',
                                                      'symptoms', 'matches_old')) for r in analysis.get('prompts', [])]
     return out

@@ -308,9 +308,14 @@ def record(journal, host, phase, now, data=None):
     _set_phase(rec, phase, run, now, message)
     if phase == 'rolling_back' and rec.get('canary') and (rec.get('analysis') or {}).get('passed') is False:
         # A bad build shows on its canary: no other host of the fleet is stopped for it, whatever the budget.
-        _halt(journal, 'the canary %s of variant %s failed its analysis (%s); no other host is stopped. Remedy: '
-              'read the analysis in the report, fix the image or the variant, and run again'
-              % (host, canary_key(rec), '; '.join((rec['analysis'].get('failures') or ['see the report'])[:3])))
+        cause = 'the canary %s of variant %s failed its analysis (%s)' % (
+            host, canary_key(rec), '; '.join((rec['analysis'].get('failures') or ['see the report'])[:3]))
+        if journal.get('halted'):
+            # Canaries of other variants restart side by side: keep the first halt's reason, add this one.
+            journal['notices'].append('also: ' + cause)
+        else:
+            _halt(journal, cause + '; no other host is stopped. Remedy: read the analysis in the report, fix the '
+                  'image or the variant, and run again')
     journal['updated'] = now
     return rec
 

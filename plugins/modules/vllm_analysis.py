@@ -57,9 +57,10 @@ options:
     required: true
   modalities:
     description: The inputs the variant declares (C(text), C(image), C(audio)); other prompts are not asked.
+    choices: [text, image, audio]
     type: list
     elements: str
-    default: [text, image]
+    default: [text, image, audio]
   request_timeout_s:
     description: Timeout in seconds of each request.
     type: float
@@ -284,7 +285,7 @@ def main():
             served_model_name=dict(type='str', required=True),
             api_key=dict(type='str', no_log=True),
             prompts=dict(type='list', elements='dict', required=True),
-            modalities=dict(type='list', elements='str', default=['text', 'image']),
+            modalities=dict(type='list', elements='str', default=['text', 'image', 'audio'], choices=['text', 'image', 'audio']),
             request_timeout_s=dict(type='float', default=120.0),
             load_requests=dict(type='int', default=0),
             load_max_tokens=dict(type='int', default=128),

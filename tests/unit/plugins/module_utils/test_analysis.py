@@ -242,3 +242,7 @@ def test_the_journal_copy_keeps_every_verdict_and_drops_full_answers():
     c = a.compact(v)
     assert c['passed'] and len(c['prompts']) == 10 and 'answer' not in c['prompts'][0]
     assert c['perf']['output_tokens_per_s'] == 500.0
+    # a failed task's result (ansible_failed_result) carries the module's invocation: never kept
+    failed = dict(v, invocation={'module_args': {'api_key': 'sk-secret'}}, changed=False, failed=True, msg='x')
+    kept = a.compact(failed)
+    assert 'invocation' not in kept and 'sk-secret' not in repr(kept) and kept['passed'] == v['passed']

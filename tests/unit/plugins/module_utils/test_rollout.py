@@ -5,10 +5,13 @@ machine, the failure budget checked before every host, resume by fingerprint, cl
 the report's totals over every run of a resumed rollout."""
 
 import itertools
+import json
 import re
 
 import pytest
 
+from ansible_collections.inkling.fleet.plugins.action import rollout_journal as rj
+from ansible_collections.inkling.fleet.plugins.module_utils import analysis as an
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as r
 
 NOW = '2026-12-01T10:00:00Z'
@@ -356,3 +359,182 @@ def test_hosts_not_restarted_report_what_they_serve_and_rolled_back_hosts_the_re
 ])
 def test_restart_reasons(before, after, active, changed, reasons):
     assert r.restart_reasons(before, after, active, changed) == reasons
+
+
+# -- the canary analysis in the journal -----------------------------------------------------------
+
+MULTIPLY = {'id': 'arithmetic-multiply', 'prompt': 'What is 17 multiplied by 23? Answer with the number only.',
+            'max_tokens': 16, 'expect': {'number': 391}}
+
+
+def load(ttft, tps):
+    return {'requests': 16, 'concurrency': 16, 'max_tokens': 128, 'errors': 0, 'ttft_p50_s': ttft,
+            'output_tokens': 2048, 'wall_s': 20.0, 'output_tokens_per_s': tps}
+
+
+def analysed(answer, perf=None, old_perf=None):
+    """The journal's copy (what analysis_compact gives the record) of one host's analysis of one prompt
+    answered ``answer``, against an old version that answered right."""
+    results = [an.judge_prompt(MULTIPLY, {'status': 200, 'content': answer, 'finish_reason': 'stop'})]
+    return an.compact(an.verdict(results, perf, {'answers': {MULTIPLY['id']: '391'}, 'perf': old_perf,
+                                                 'source': 'live'}))
+
+
+PASSED = analysed('391', perf=load(0.52, 98.0), old_perf=load(0.5, 100.0))
+GARBAGE = analysed('!' * 16)
+CAUSE = "prompt arithmetic-multiply: expected the number 391, got '!!!!!!!!!!!!!!!!'"
+
+
+def mixed(hosts):
+    """Opened journal over ``hosts`` (name -> contract), budget 5: only the canary rule halts."""
+    outs = dict((h, {'contract': dict(c, host=h)}) for h, c in hosts.items())
+    journal, _a, _n = r.open_run(None, outs, 'RUN', NOW, max_failed=5)
+    return journal
+
+
+def restart(journal, host, end, analysis, t=T0):
+    """staged -> draining -> restarting -> ``end`` (serving_new or rolling_back) with ``analysis``."""
+    walk(journal, host, ['staged', 'draining', 'restarting'], t=t)
+    data = {'analysis': analysis}
+    if end == 'serving_new':
+        data['t_ready'] = t + 40
+    else:
+        data['message'] = 'canary analysis failed: ' + '; '.join(analysis.get('failures') or [])
+    return r.record(journal, host, end, NOW, data)
+
+
+def test_the_first_host_of_each_variant_to_drain_is_its_canary():
+    journal = mixed({'h1': H200, 'h2': H200, 'b1': B200, 'b2': B200})
+    for host in ('h1', 'b1', 'h2', 'b2'):
+        walk(journal, host, ['staged', 'draining'])
+    assert dict((h, rec['canary']) for h, rec in journal['hosts'].items()) == \
+        {'h1': True, 'b1': True, 'h2': False, 'b2': False}
+    assert journal['canaries'] == {'sm90-patched': 'h1', 'sm100': 'b1'}
+
+
+def test_a_resumed_run_keeps_its_canary():
+    journal = mixed({'h1': H200, 'h2': H200})
+    walk(journal, 'h1', ['staged', 'draining', 'restarting', 'serving_new', 'done'])
+    walk(journal, 'h2', ['staged', 'draining', 'restarting'])          # the run is killed here
+    journal, _a, notice = r.open_run(journal, dict((h, {'contract': dict(H200, host=h)}) for h in ('h1', 'h2')),
+                                     'RUN3', NOW, max_failed=5)
+    assert notice.startswith('Resuming interrupted rollout RUN')
+    walk(journal, 'h2', ['staged', 'draining'])
+    assert journal['hosts']['h2']['canary'] is False and journal['hosts']['h1']['canary'] is True
+
+
+def test_a_canary_that_passed_its_analysis_is_recorded_and_the_report_shows_the_analysis():
+    journal = mixed({'h1': H200, 'h2': H200})
+    rec = restart(journal, 'h1', 'serving_new', PASSED)
+    r.record(journal, 'h1', 'done', NOW)
+    assert rec['canary'] is True and rec['analysis'] == PASSED and rec['analysis']['passed'] is True
+    assert not journal['halted'] and r.admit(journal, 'h2', 5, NOW) == (True, False)
+    r.record(journal, 'h2', 'staged', NOW)
+    r.record(journal, 'h2', 'unchanged', NOW)
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'completed'
+    text = r.render_markdown(journal)
+    section = text.split('## Canary analysis\n', 1)[1].split('## Unavailability timeline', 1)[0]
+    assert '| h1 | canary | passed | 1 of 1 | 100 % of 1 (80 %) | live | 0.5 -> 0.52 (+4 %) | ' \
+        '100.0 -> 98.0 (-2 %) |' in section
+    assert '### h1: passed' in section
+    assert "| arithmetic-multiply | text | pass | the number 391 | '391' | yes |" in section
+    assert 'h2' not in section            # no analysis recorded for it: not listed
+    assert 'FAILED' not in section
+
+
+def test_an_empty_analysis_is_not_recorded_and_gives_no_section():
+    # analysis_compact gives {} when no analysis ran (the gate failed first, or rollout_analysis is off).
+    journal = mixed({'h1': H200})
+    rec = restart(journal, 'h1', 'serving_new', {})
+    assert 'analysis' not in rec
+    assert '## Canary analysis' not in r.render_markdown(journal)
+
+
+def test_a_canary_failing_only_its_gate_follows_the_budget_not_the_canary_halt():
+    journal = mixed({'h1': H200, 'h2': H200})
+    walk(journal, 'h1', ['staged', 'draining', 'restarting'])
+    r.record(journal, 'h1', 'rolling_back', NOW, {'message': 'gate failed: /health 503', 'analysis': {}})
+    assert journal['hosts']['h1']['canary'] is True and not journal['halted']
+    r.record(journal, 'h1', 'rolled_back', NOW, {'t_ready': T0 + 5})
+    assert r.admit(journal, 'h2', 5, NOW) == (True, False)           # 1 failure, within the budget of 5
+
+
+def test_a_canary_failing_its_analysis_halts_the_rollout_whatever_the_budget():
+    journal = mixed({'h1': H200, 'h2': H200, 'b1': B200})
+    restart(journal, 'h1', 'rolling_back', GARBAGE)
+    assert journal['halted'] is True
+    reason = journal['halt_reason']
+    assert reason.startswith('the canary h1 of variant sm90-patched failed its analysis (' + CAUSE)
+    assert "below the 80 % required); no other host is stopped. Remedy: read the analysis in the report" in reason
+    r.record(journal, 'h1', 'rolled_back', NOW, {'t_ready': T0 + 60})
+    # The budget (5) is far from spent: the halt is the canary's.
+    assert r.failed_hosts(journal) == ['h1']
+    assert r.admit(journal, 'h2', 5, NOW) == (False, True)
+    assert r.admit(journal, 'b1', 5, NOW) == (False, False)
+    assert journal['hosts']['h2']['phase'] == 'not_reached'
+    assert journal['hosts']['h2']['message'] == 'not reached: ' + reason
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'halted'
+    assert r.summary_lines(journal)[-1].startswith('Halted: the canary h1 of variant sm90-patched failed its analysis')
+    text = r.render_markdown(journal)
+    assert '- **Halted:** the canary h1 of variant sm90-patched' in text
+    section = text.split('## Canary analysis\n', 1)[1].split('## Unavailability timeline', 1)[0]
+    assert '| h1 | canary | FAILED | 0 of 1 | 0 % of 1 (80 %) | live | - | - |' in section
+    assert '### h1: FAILED' in section
+    assert '- **' + CAUSE in section                                    # the cause, in words
+    assert "| arithmetic-multiply | text | FAIL: expected the number 391, the first number is missing; one " \
+        "character repeated ('!' x 16) | the number 391 | '!!!!!!!!!!!!!!!!' | no |" in section
+
+
+def test_two_canaries_failing_side_by_side_keep_the_first_reason_and_note_the_second():
+    journal = mixed({'h1': H200, 'h2': H200, 'b1': B200, 'b2': B200})
+    restart(journal, 'h1', 'rolling_back', GARBAGE)
+    first = journal['halt_reason']
+    restart(journal, 'b1', 'rolling_back', GARBAGE)
+    assert journal['halt_reason'] == first and first.startswith('the canary h1 of variant sm90-patched')
+    assert journal['notices'][-1].startswith('also: the canary b1 of variant sm100 failed its analysis (' + CAUSE)
+
+
+def test_the_canary_halt_names_the_variant_and_gives_a_cause_when_none_is_listed():
+    journal = mixed({'b1': B200, 'b2': B200})
+    restart(journal, 'b1', 'rolling_back', dict(GARBAGE, failures=[]))
+    assert journal['halt_reason'].startswith('the canary b1 of variant sm100 failed its analysis (see the report); ')
+
+
+@pytest.mark.parametrize('max_failed,admitted', [(1, (True, False)), (0, (False, True))])
+def test_a_later_hosts_failed_analysis_is_recorded_and_counts_against_the_budget(max_failed, admitted):
+    journal = mixed({'h1': H200, 'h2': H200, 'h3': H200})
+    restart(journal, 'h1', 'serving_new', PASSED)
+    r.record(journal, 'h1', 'done', NOW)
+    rec = restart(journal, 'h2', 'rolling_back', GARBAGE, t=T0 + 100)
+    assert rec['canary'] is False and rec['analysis']['passed'] is False
+    assert not journal['halted']                                       # not a canary: no halt of its own
+    r.record(journal, 'h2', 'rolled_back', NOW, {'t_ready': T0 + 160})
+    assert r.failed_hosts(journal) == ['h2']
+    assert r.admit(journal, 'h3', max_failed, NOW) == admitted
+    if max_failed == 0:
+        assert journal['halt_reason'] == '1 host(s) failed (h2), over the fleet-wide budget of 0'
+    section = r.render_markdown(journal).split('## Canary analysis\n', 1)[1]
+    assert '| h2 | later host | FAILED | 0 of 1 |' in section and '| h1 | canary | passed |' in section
+
+
+def test_the_journal_action_says_whether_the_host_is_a_canary_and_whether_the_rollout_halted(tmp_path):
+    journal = mixed({'h1': H200, 'h2': H200})
+    action = rj.ActionModule.__new__(rj.ActionModule)     # _do_record uses no state of the plugin
+    path = str(tmp_path / 'journal.json')
+
+    def record(host, phase, data=None):
+        return action._do_record(journal, {'phase': phase, 'data': data or {}}, host, {}, path, str(tmp_path), False)
+
+    for phase in ('staged', 'draining'):
+        out = record('h1', phase)
+    assert out == {'phase': 'draining', 'msg': 'h1: draining', 'canary': True, 'halted': False}
+    record('h2', 'staged')
+    assert record('h2', 'draining')['canary'] is False
+    record('h1', 'restarting')
+    out = record('h1', 'rolling_back', {'message': 'canary analysis failed', 'analysis': GARBAGE})
+    assert out['canary'] is True and out['halted'] is True
+    with open(path) as f:
+        written = json.load(f)
+    assert written['halted'] is True and written['hosts']['h1']['analysis']['passed'] is False

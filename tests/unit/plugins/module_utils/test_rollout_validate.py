@@ -2,8 +2,12 @@
 # Apache License 2.0 (see LICENSE)
 """The rollout's settings checked before anything runs (plugins/module_utils/rollout_validate.py)."""
 
-import pytest
+import os
 
+import pytest
+import yaml
+
+from ansible_collections.inkling.fleet.plugins.module_utils import analysis
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_validate as v
 from ansible_collections.inkling.fleet.plugins.module_utils.variant import is_revision
 
@@ -82,3 +86,153 @@ def test_one_message_per_problem_naming_hosts_only_when_not_all():
                                     ('-x', False), ('x.lock', False)])
 def test_revision_format(rev, ok):
     assert is_revision(rev) is ok
+
+
+# -- the canary analysis's settings and golden set -------------------------------------------------
+
+ROLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..', 'roles', 'rollout')
+REMEDY = '. Remedy: fix the entry (docs/rollout.md, "Extending the golden set")'
+
+
+def shipped():
+    with open(os.path.join(ROLE, 'defaults', 'main', 'golden_set.yml')) as f:
+        return yaml.safe_load(f)['rollout_analysis_golden_set']
+
+
+def prompt(**over):
+    p = {'id': 'site-sum', 'prompt': 'What is 2 plus 2? Answer with the number only.', 'max_tokens': 8,
+         'expect': {'number': 4}}
+    p.update(over)
+    return dict((k, val) for k, val in p.items() if val is not None)
+
+
+AGREEMENT = "expected a share from 0 to 1 of the greedy answers that must equal the old version's (default 0.8)"
+REQUESTS = 'expected a whole number of concurrent requests from 0 (no load) to 256 (default 16)'
+
+
+@pytest.mark.parametrize('settings,problem', [
+    ({'rollout_analysis_min_agreement': 1.5}, 'rollout_analysis_min_agreement is 1.5; ' + AGREEMENT),
+    ({'rollout_analysis_min_agreement': -0.1}, 'rollout_analysis_min_agreement is -0.1; ' + AGREEMENT),
+    ({'rollout_analysis_min_agreement': '80%'}, "rollout_analysis_min_agreement is '80%'; " + AGREEMENT),
+    ({'rollout_analysis_min_agreement': True}, 'rollout_analysis_min_agreement is True; ' + AGREEMENT),
+    ({'rollout_analysis_load_requests': -1}, 'rollout_analysis_load_requests is -1; ' + REQUESTS),
+    ({'rollout_analysis_load_requests': '-4'}, "rollout_analysis_load_requests is '-4'; " + REQUESTS),
+    ({'rollout_analysis_load_requests': 257}, 'rollout_analysis_load_requests is 257; ' + REQUESTS),
+    ({'rollout_analysis_load_requests': 8.5}, 'rollout_analysis_load_requests is 8.5; ' + REQUESTS),
+    ({'rollout_analysis_load_hosts': 'some'}, "rollout_analysis_load_hosts is 'some'; expected canary or all"),
+    # The playbook compares with 'all' as is: 'ALL' would quietly mean canary.
+    ({'rollout_analysis_load_hosts': 'ALL'}, "rollout_analysis_load_hosts is 'ALL'; expected canary or all"),
+    ({'rollout_analysis_load_hosts': ['all']}, "rollout_analysis_load_hosts is ['all']; expected canary or all"),
+    ({'rollout_analysis_load_max_tokens': 0},
+     'rollout_analysis_load_max_tokens is 0; expected a whole number of tokens from 1 to 4096'),
+    ({'rollout_analysis_max_regression': 1},
+     'rollout_analysis_max_regression is 1; expected a fraction above 0 and below 1 (default 0.2: TTFT p50 +20 %, '
+     'tokens/s -20 %)'),
+    ({'rollout_analysis_max_regression': 0}, 'rollout_analysis_max_regression is 0; expected a fraction above 0'),
+    ({'rollout_analysis_request_timeout_s': 0},
+     'rollout_analysis_request_timeout_s is 0; expected a number of seconds > 0'),
+    ({'rollout_analysis': 'sometimes'},
+     "rollout_analysis is 'sometimes'; expected true or false (false: no canary analysis)"),
+    ({'rollout_analysis_ab': 2}, 'rollout_analysis_ab is 2; expected true or false'),
+    ({'rollout_canary_per_variant': 'maybe'}, "rollout_canary_per_variant is 'maybe'; expected true or false"),
+])
+def test_bad_analysis_settings_name_the_setting_what_was_found_and_what_to_set(settings, problem):
+    problems = v.check_settings(settings)
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+def test_good_analysis_settings_pass_at_their_bounds_and_as_strings_from_extra_vars():
+    for settings in ({'rollout_analysis_min_agreement': 0, 'rollout_analysis_load_requests': 0},
+                     {'rollout_analysis_min_agreement': 1, 'rollout_analysis_load_requests': 256},
+                     {'rollout_analysis': 'false', 'rollout_analysis_ab': 'yes', 'rollout_canary_per_variant': True,
+                      'rollout_analysis_min_agreement': '0.9', 'rollout_analysis_load_requests': '8',
+                      'rollout_analysis_load_max_tokens': '4096', 'rollout_analysis_load_hosts': 'all',
+                      'rollout_analysis_max_regression': '0.5', 'rollout_analysis_request_timeout_s': '30'}):
+        assert v.check_settings(settings) == [], settings
+
+
+def test_the_roles_defaults_pass_their_own_checks():
+    with open(os.path.join(ROLE, 'defaults', 'main', 'main.yml')) as f:
+        defaults = yaml.safe_load(f)
+    names = [name for name, _k, _c, _e in v.RULES if name.startswith(('rollout_analysis', 'rollout_canary'))]
+    assert len(names) >= 9 and all(name in defaults for name in names)
+    assert v.check_settings(dict((name, defaults[name]) for name in names)) == []
+
+
+def test_the_shipped_golden_set_with_no_extra_prompts_has_no_problem():
+    assert v.analysis_problems(shipped(), []) == []
+
+
+@pytest.mark.parametrize('extra,problem', [
+    (['What is 2 plus 2?'], "rollout_analysis_extra_prompts[0] must be a dict with id, prompt, max_tokens and expect, "
+                            "got 'What is 2 plus 2?'"),
+    ([prompt(id='site sum')], 'rollout_analysis_extra_prompts[0]: id must be 1-64 letters, digits, "_", "." or "-", '
+                              "got 'site sum'"),
+    ([prompt(max_tokens=None)], "rollout_analysis_extra_prompts 'site-sum': max_tokens must be a whole number from 1 "
+                                'to 256 (short, greedy outputs), got None'),
+    ([prompt(max_tokens=1000)], "rollout_analysis_extra_prompts 'site-sum': max_tokens must be a whole number from 1 "
+                                'to 256 (short, greedy outputs), got 1000'),
+    ([prompt(prompt='  ')], "rollout_analysis_extra_prompts 'site-sum': prompt must be a non-empty string"),
+    ([prompt(expect={})], "rollout_analysis_extra_prompts 'site-sum': expect must be a dict with at least one of "
+                          'number, contains, regex, equals'),
+    ([prompt(expect={'number': 'four'})], "rollout_analysis_extra_prompts 'site-sum': expect.number must be a number, "
+                                          "got 'four'"),
+    ([prompt(expect={'regex': '('})], "rollout_analysis_extra_prompts 'site-sum': expect.regex '(' does not compile"),
+    ([prompt(temperature=0)], "rollout_analysis_extra_prompts 'site-sum': unknown key 'temperature' (known: id, "
+                              'prompt, max_tokens, expect, image, audio)'),
+    ([prompt(image={'media_type': 'image/png', 'data': '@@@'})],
+     "rollout_analysis_extra_prompts 'site-sum': image.data is not base64"),
+    ([prompt(), prompt(prompt='What is 3 plus 3?', expect={'number': 6})],
+     "rollout_analysis_extra_prompts 'site-sum': the id is used twice"),
+])
+def test_a_malformed_extra_prompt_is_named_with_what_is_wrong_and_the_remedy(extra, problem):
+    problems = v.analysis_problems(shipped(), extra)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(problem) and problems[0].endswith(REMEDY), problems
+
+
+def test_extra_prompts_that_are_not_a_list_are_refused():
+    problems = v.analysis_problems(shipped(), prompt())
+    assert problems == ['rollout_analysis_extra_prompts must be a list of prompts, got dict']
+
+
+def test_an_inventory_golden_set_replaces_the_shipped_one_and_is_checked_under_its_own_name():
+    problems = v.analysis_problems(shipped(), [], golden=[prompt(id='only', max_tokens=0)])
+    assert problems == ["rollout_analysis_golden_set 'only': max_tokens must be a whole number from 1 to 256 (short, "
+                        'greedy outputs), got 0' + REMEDY]
+    assert v.analysis_problems([prompt(max_tokens=0)], [], golden=[prompt()]) == []
+
+
+def test_an_extra_prompt_with_a_shipped_id_is_not_a_problem_it_replaces_that_prompt():
+    golden = shipped()
+    mine = prompt(id='arithmetic-add', prompt='What is 1000 plus 1? Answer with the number only.',
+                  expect={'number': 1001})
+    assert v.analysis_problems(golden, [mine]) == []
+    merged = analysis.merge_prompts(golden, [mine])
+    assert [p['id'] for p in merged] == [p['id'] for p in golden]          # in place, none added
+    assert merged[[p['id'] for p in golden].index('arithmetic-add')]['expect'] == {'number': 1001}
+    assert v.analysis_plan({}, merged).startswith('Canary analysis: %d prompts after each gate' % len(golden))
+
+
+def test_the_plan_of_the_defaults_counts_the_prompts_by_input_and_names_the_load_hosts():
+    golden = shipped()
+    assert len(golden) == 10
+    assert v.analysis_plan({}, golden) == (
+        'Canary analysis: 10 prompts after each gate (1 audio, 1 image, 8 text; image and audio only where the '
+        "variant declares them), greedy; load 16 x 128 tokens on each variant's canary, old then new; agreement "
+        'with the old version >= 0.8, TTFT p50 and tokens/s within 0.2')
+
+
+def test_the_plan_follows_the_settings_and_the_extra_prompts():
+    prompts = analysis.merge_prompts(shipped(), [prompt()])
+    plan = v.analysis_plan({'rollout_analysis_load_hosts': 'all', 'rollout_analysis_load_requests': '4',
+                            'rollout_analysis_load_max_tokens': 64, 'rollout_analysis_min_agreement': 0.9,
+                            'rollout_analysis_max_regression': 0.1}, prompts)
+    assert plan.startswith('Canary analysis: 11 prompts after each gate (1 audio, 1 image, 9 text; ')
+    assert '; load 4 x 64 tokens on every host; agreement with the old version >= 0.9, TTFT p50 and tokens/s ' \
+        'within 0.1' in plan
+    assert '; no load; ' in v.analysis_plan({'rollout_analysis_load_requests': 0}, prompts)
+    for off in (False, 'false', 'no'):
+        assert v.analysis_plan({'rollout_analysis': off}, prompts) == (
+            'Canary analysis: off (rollout_analysis: false): hosts are gated on /health, /v1/models and a '
+            'completion only')
