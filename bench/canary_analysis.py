@@ -93,7 +93,7 @@ def golden(client, prompts):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     ap.add_argument('--runs', type=int, default=3)
     ap.add_argument('--requests', type=int, default=16)
     ap.add_argument('--max-tokens', type=int, default=128)
@@ -113,7 +113,7 @@ def main():
     try:
         client = vllm_analysis.Client(url, None, 120)
         g_s, l_s, tokens = [], [], []
-        for _ in range(args.runs):
+        for _run in range(args.runs):
             secs, tokens, ok = golden(client, prompts)
             if not ok:
                 raise SystemExit('a golden prompt failed on the healthy stand-in')

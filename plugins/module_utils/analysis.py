@@ -460,6 +460,6 @@ def compact(analysis):
     if not analysis:
         return {}
     out = dict((k, v) for k, v in analysis.items() if k in COMPACT_KEYS)
-    out['prompts'] = [dict((k, r.get(k)) for k in ('id', 'modality', 'passed', 'expected', 'got', 'failures',
-                                                     'symptoms', 'matches_old')) for r in analysis.get('prompts', [])]
+    keys = ('id', 'modality', 'passed', 'expected', 'got', 'failures', 'symptoms', 'matches_old')
+    out['prompts'] = [dict((k, r.get(k)) for k in keys) for r in analysis.get('prompts', [])]
     return out

@@ -201,4 +201,3 @@ def analysis_plan(settings, prompts):
                                                'each variant\'s canary, old then new' if where == 'canary' else 'every host'))
                if load else 'no load', settings.get('rollout_analysis_min_agreement', 0.8),
                settings.get('rollout_analysis_max_regression', 0.2)))
-

@@ -288,7 +288,7 @@ def main():
             modalities=dict(type='list', elements='str', default=['text', 'image', 'audio'], choices=['text', 'image', 'audio']),
             request_timeout_s=dict(type='float', default=120.0),
             load_requests=dict(type='int', default=0),
-            load_max_tokens=dict(type='int', default=128),
+            load_max_tokens=dict(type='int', default=128, no_log=False),
             baseline=dict(type='dict'),
             min_agreement=dict(type='float', default=0.8),
             max_regression=dict(type='float', default=0.2),

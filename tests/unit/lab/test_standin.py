@@ -423,7 +423,7 @@ def stream(s, body, timeout=20):
 
 
 def content_of(events):
-    chunks = [json.loads(p) for _, p in events if p != '[DONE]']
+    chunks = [json.loads(p) for _t, p in events if p != '[DONE]']
     return [c['choices'][0]['delta'].get('content') for c in chunks if c['choices'] and
             c['choices'][0]['delta'].get('content') is not None]
 
@@ -494,7 +494,7 @@ def test_max_tokens_and_ignore_eos(server):
     assert body['usage']['completion_tokens'] == 40 and body['choices'][0]['finish_reason'] == 'length'
     text = body['choices'][0]['message']['content']
     assert len(load_standin().tokens(text)) == 40 and len(set(text.split())) > 10  # words, not one repeated character
-    _, events = stream(s, dict(load, stream_options={'include_usage': True}))
+    _status, events = stream(s, dict(load, stream_options={'include_usage': True}))
     assert len(content_of(events)) == 40
     assert json.loads(events[-2][1])['usage']['completion_tokens'] == 40
 
@@ -506,7 +506,7 @@ def test_streaming_sends_tokens_as_they_come(server):
     headers, events = stream(s, chat_body(count, stream_options={'include_usage': True}))
     assert headers['Content-Type'].startswith('text/event-stream')
     assert events[-1][1] == '[DONE]'
-    chunks = [json.loads(p) for _, p in events[:-1]]
+    chunks = [json.loads(p) for _t, p in events[:-1]]
     assert all(c['object'] == 'chat.completion.chunk' for c in chunks)
     assert chunks[0]['choices'][0]['delta']['role'] == 'assistant'
     toks = content_of(events)
@@ -519,7 +519,7 @@ def test_streaming_sends_tokens_as_they_come(server):
     assert chunks[-2]['choices'][0]['finish_reason'] == 'stop'
     assert chunks[-1]['choices'] == [] and chunks[-1]['usage']['completion_tokens'] == 10
     # Without include_usage there is no usage chunk; non-streaming pays the same time before answering.
-    _, events = stream(s, chat_body(count))
+    _status, events = stream(s, chat_body(count))
     assert events[-1][1] == '[DONE]' and 'usage' not in json.loads(events[-2][1])
     t0 = time.monotonic()
     code, body = s.post('/v1/chat/completions', chat_body(count))
@@ -577,7 +577,7 @@ def test_fault_slow(server, monkeypatch):
     def rate(s):
         body = {'model': REPO_ID, 'max_tokens': 16, 'ignore_eos': True,
                 'messages': [{'role': 'user', 'content': 'Write a long story about a lighthouse keeper (1).'}]}
-        _, events = stream(s, body)
+        _status, events = stream(s, body)
         times = [t for t, p in events if p != '[DONE]' and json.loads(p)['choices'] and
                  json.loads(p)['choices'][0]['delta'].get('content')]
         return times[0], (len(times) - 1) / (times[-1] - times[0])
@@ -605,12 +605,12 @@ def test_fault_overload(server):
     def call():
         barrier.wait()
         results.append(s.post('/v1/chat/completions', body))
-    threads = [threading.Thread(target=call) for _ in range(12)]
+    threads = [threading.Thread(target=call) for _i in range(12)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(20)
-    codes = sorted(code for code, _ in results)
+    codes = sorted(code for code, _body in results)
     assert len(codes) == 12
     assert codes.count(200) >= 8 and codes.count(500) >= 1, codes
     assert all(b['choices'][0]['message']['content'] == '391' for c, b in results if c == 200)

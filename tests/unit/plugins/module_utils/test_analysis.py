@@ -139,8 +139,11 @@ def test_a_duplicate_id_is_refused_and_the_inventory_replaces_or_extends_the_shi
     assert merged[[p['id'] for p in merged].index('fact-capital')]['expect'] == {'contains': 'Rome'}
 
 
+def ids(prompts):
+    return [p['id'] for p in prompts]
+
+
 def test_prompts_are_asked_only_for_the_inputs_the_variant_declares():
-    ids = lambda ps: [p['id'] for p in ps]  # noqa: E731
     assert 'audio-digit' not in ids(a.select(golden(), ['text', 'image']))
     assert 'image-colour' in ids(a.select(golden(), ['text', 'image']))
     assert 'audio-digit' in ids(a.select(golden(), ['text', 'image', 'audio']))
