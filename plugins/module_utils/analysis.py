@@ -28,7 +28,7 @@ import binascii
 import re
 
 MODALITIES = ('text', 'image', 'audio')
-DEFAULT_MODALITIES = ('text', 'image')
+DEFAULT_MODALITIES = MODALITIES
 EXPECT_KEYS = ('number', 'contains', 'regex', 'equals')
 PROMPT_KEYS = ('id', 'prompt', 'max_tokens', 'expect', 'image', 'audio')
 ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')

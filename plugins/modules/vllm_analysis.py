@@ -130,8 +130,50 @@ message:
   returned: always
   type: str
   sample: "canary analysis failed: prompt fact-capital: expected a match of /(?i)\\bparis\\b/, got '!!!!!!!!!!!!!!!!' (...)"
+asked:
+  description: How many prompts were asked.
+  returned: always
+  type: int
+  sample: 10
+rule_passed:
+  description: How many of them passed their rule and the detectors.
+  returned: always
+  type: int
+  sample: 10
+compared:
+  description: How many answers were compared with the old version's.
+  returned: always
+  type: int
+  sample: 10
+min_agreement:
+  description: The agreement required (O(min_agreement)).
+  returned: always
+  type: float
+  sample: 0.8
+max_regression:
+  description: The regression allowed (O(max_regression)).
+  returned: always
+  type: float
+  sample: 0.2
+baseline_source:
+  description: Where the old version's answers and figures came from, or C(none).
+  returned: always
+  type: str
+  sample: the old version on this host, just before its stop
+ttft_change:
+  description: TTFT p50 change against the old figures (a fraction; positive is slower).
+  returned: when the load was compared
+  type: float
+  sample: 0.04
+tokens_per_s_change:
+  description: Output tokens/s change against the old figures (a fraction; negative is slower).
+  returned: when the load was compared
+  type: float
+  sample: -0.02
 prompts:
-  description: Per prompt - id, modality, passed, expected, got (truncated), failures, symptoms, matches_old, answer.
+  description:
+    - Per prompt - id, modality, status (HTTP), passed, expected, got (truncated), failures, symptoms, answer.
+    - C(matches_old) only when the prompt was compared with the old version's answer.
   returned: always
   type: list
   elements: dict
@@ -228,12 +270,17 @@ class Client(object):
         try:
             resp = self._open(payload)
             out['status'] = resp.getcode()
+            done = False
             for raw in resp:
+                if time.time() - start > self.timeout:
+                    out['error'] = 'the stream ran past request_timeout_s (%ss)' % self.timeout
+                    break
                 line = raw.decode('utf-8', 'replace').strip()
                 if not line.startswith('data:'):
                     continue
                 data = line[5:].strip()
                 if data == '[DONE]':
+                    done = True
                     break
                 event = json.loads(data)
                 if event.get('error'):
@@ -246,6 +293,8 @@ class Client(object):
                             out['ttft_s'] = time.time() - start
                 if event.get('usage'):
                     out['tokens'] = int(event['usage'].get('completion_tokens') or 0)
+            if not done and not out.get('error'):
+                out['error'] = 'the stream ended without [DONE]'
         except HTTPError as exc:
             out.update(self._http_error(exc))
         except (URLError, OSError, ValueError) as exc:
@@ -268,13 +317,16 @@ def run_load(client, model, requests, max_tokens):
         results[i] = client.stream(analysis.load_request(model, max_tokens, i))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(requests)]
+    for t in threads:
+        t.daemon = True  # a hung request never keeps the module from exiting
     start = time.time()
+    deadline = start + client.timeout * 2 + 5  # one deadline for the whole load
     for t in threads:
         t.start()
     for t in threads:
-        t.join(client.timeout * 2 + 5)
+        t.join(max(0.0, deadline - time.time()))
     wall = time.time() - start
-    done = [r if r is not None else {'status': None, 'error': 'no answer within the timeout'} for r in results]
+    done = [r if r is not None else {'status': None, 'error': 'no answer within the timeout'} for r in list(results)]
     return analysis.load_summary(done, wall, requests, max_tokens)
 
 
