@@ -50,7 +50,12 @@ fi
 step yamllint yamllint -s .
 step ansible-lint ansible-lint --offline
 step sanity bash scripts/sanity.sh
-step unit pytest -q -rs tests/unit
+# The unit tests (about 5 minutes of one core) run beside the steps after them, molecule's lanes
+# included, which mostly wait on containers and servers starting; collected after the lanes.
+unit_log=$(mktemp /tmp/inkling-unit.XXXXXX.log)
+unit_t0=$SECONDS
+pytest -q -rs tests/unit > "$unit_log" 2>&1 &
+unit_pid=$!
 step collection bash scripts/collection-check.sh
 if [ -n "$fresh_pid" ]; then
   echo
@@ -100,6 +105,13 @@ if [ -n "$lane_pid" ]; then
 fi
 rm -f "$lane_log" "$lane_results"
 
+echo
+echo "=== step: unit (started after sanity, beside the steps since)"
+rc=0; wait "$unit_pid" || rc=$?
+cat "$unit_log"
+record unit "$rc" $((SECONDS - unit_t0))
+rm -f "$unit_log"
+
 # Leave nothing running, unless the lab was already up before the tests (make lab-deploy).
 # This is clean-up, not a test: a failure is reported but does not fail the run.
 if [ "$lab_was_up" = false ]; then
@@ -107,7 +119,7 @@ if [ "$lab_was_up" = false ]; then
 fi
 
 echo
-echo "=== time per step (the fresh-machine step ran beside the ones before it)"
+echo "=== time per step (fresh-machine ran beside the steps before unit; unit beside the steps after it)"
 printf '%s\n' "${timings[@]}"
 echo "total: $((SECONDS - t_start)) s"
 if [ $failed -gt 0 ]; then echo "failed steps: ${failed_steps[*]}"; fi
