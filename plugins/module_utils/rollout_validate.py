@@ -177,9 +177,12 @@ def analysis_problems(shipped, extra, golden=None):
     from ansible_collections.inkling.fleet.plugins.module_utils import analysis
     base = shipped if golden is None else golden
     problems = analysis.validate_prompts(base, 'rollout_analysis_golden_set')
+    if extra is None:  # an empty YAML key: no extra prompts, as the analysis_prompts filter reads it
+        extra = []
     if not isinstance(extra, list):
-        return problems + ['rollout_analysis_extra_prompts must be a list of prompts, got %s' % type(extra).__name__]
-    problems.extend(analysis.validate_prompts(extra, 'rollout_analysis_extra_prompts'))
+        problems.append('rollout_analysis_extra_prompts must be a list of prompts, got %s' % type(extra).__name__)
+    else:
+        problems.extend(analysis.validate_prompts(extra, 'rollout_analysis_extra_prompts'))
     return [p + '. Remedy: fix the entry (docs/rollout.md, "Extending the golden set")' for p in problems]
 
 

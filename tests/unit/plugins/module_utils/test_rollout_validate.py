@@ -193,7 +193,9 @@ def test_a_malformed_extra_prompt_is_named_with_what_is_wrong_and_the_remedy(ext
 
 def test_extra_prompts_that_are_not_a_list_are_refused():
     problems = v.analysis_problems(shipped(), prompt())
-    assert problems == ['rollout_analysis_extra_prompts must be a list of prompts, got dict']
+    assert problems == ['rollout_analysis_extra_prompts must be a list of prompts, got dict' + REMEDY]
+    # an empty YAML key is no extra prompt, as the rollout's analysis_prompts filter reads it
+    assert v.analysis_problems(shipped(), None) == []
 
 
 def test_an_inventory_golden_set_replaces_the_shipped_one_and_is_checked_under_its_own_name():
