@@ -142,22 +142,11 @@ def batches(hosts, replica_map, serial, heads=None, keys=None):
             if key not in seen:
                 seen.add(key)
                 canaries.append(unit)
-        for unit in canaries:
-            order.extend(unit['hosts'])
-        sizes.append(sum(len(unit['hosts']) for unit in canaries))
+        order.extend(h for unit in canaries for h in unit['hosts'])
+        sizes.append(len(order))
         unit_list = [u for u in unit_list if u not in canaries]
-        total_left = len(unit_list)
         step = 1
-        while position < total_left:
-            count = _size(specs[min(step, len(specs) - 1)], total)
-            chunk = unit_list[position:position + count]
-            hosts_in = [h for unit in chunk for h in unit['hosts']]
-            order.extend(hosts_in)
-            sizes.append(len(hosts_in))
-            position += count
-            step += 1
-        return order, sizes
-    while position < total:
+    while position < len(unit_list):
         count = _size(specs[min(step, len(specs) - 1)], total)
         chunk = unit_list[position:position + count]
         hosts_in = [h for unit in chunk for h in unit['hosts']]
