@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -223,3 +224,32 @@ def run_module(name, args, env=None, tmp_path=None, check_mode=False):
     except ValueError:
         raise AssertionError('module %s printed no JSON: stdout=%r stderr=%r' % (name, proc.stdout, proc.stderr))
     return proc.returncode, result
+
+
+def standin_hub(root, repo_id, rev):
+    """A hub cache under ``root``/hub for the lab's vLLM stand-in: ``repo_id`` at ``rev``
+    (refs/main -> rev), a config, an index and two shards. Returns the hub directory."""
+    repo = root / 'hub' / ('models--' + repo_id.replace('/', '--'))
+    snap = repo / 'snapshots' / rev
+    (repo / 'blobs').mkdir(parents=True)
+    (repo / 'refs').mkdir()
+    snap.mkdir(parents=True)
+    (repo / 'refs' / 'main').write_text(rev)
+    files = {'config.json': '{"model_type": "inkling"}',
+             'model.safetensors.index.json': json.dumps({'weight_map': {'a': 'model-1.safetensors',
+                                                                        'b': 'model-2.safetensors'}}),
+             'model-1.safetensors': 'x', 'model-2.safetensors': 'y'}
+    for i, (name, text) in enumerate(sorted(files.items())):
+        blob = repo / 'blobs' / ('%064d' % i)
+        blob.write_text(text)
+        (snap / name).symlink_to(os.path.join('..', '..', 'blobs', blob.name))
+    return root / 'hub'
+
+
+def free_port():
+    """A loopback TCP port free right now."""
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

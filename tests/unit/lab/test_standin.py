@@ -20,6 +20,8 @@ import urllib.request
 import pytest
 import yaml
 
+from inkling_test_helpers import free_port, standin_hub
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
 VARIANTS = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
@@ -40,29 +42,7 @@ def load_standin():
 @pytest.fixture
 def hub(tmp_path):
     """A hub cache with the model at REV (refs/main -> REV), two shards."""
-    repo = tmp_path / 'hub' / ('models--' + REPO_ID.replace('/', '--'))
-    snap = repo / 'snapshots' / REV
-    (repo / 'blobs').mkdir(parents=True)
-    (repo / 'refs').mkdir()
-    snap.mkdir(parents=True)
-    (repo / 'refs' / 'main').write_text(REV)
-    files = {'config.json': '{"model_type": "inkling"}',
-             'model.safetensors.index.json': json.dumps({'weight_map': {'a': 'model-1.safetensors',
-                                                                        'b': 'model-2.safetensors'}}),
-             'model-1.safetensors': 'x', 'model-2.safetensors': 'y'}
-    for i, (name, text) in enumerate(sorted(files.items())):
-        blob = repo / 'blobs' / ('%064d' % i)
-        blob.write_text(text)
-        (snap / name).symlink_to(os.path.join('..', '..', 'blobs', blob.name))
-    return tmp_path / 'hub'
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return standin_hub(tmp_path, REPO_ID, REV)
 
 
 class Server(object):

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.inkling.fleet.plugins.module_utils import analysis
-from inkling_test_helpers import REPO, run_module
+from inkling_test_helpers import REPO, free_port, run_module, standin_hub
 
 STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
 GOLDEN = os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')
@@ -56,33 +56,6 @@ def default_modalities():
 
 def text_ids():
     return [p['id'] for p in golden_set() if not p.get('image') and not p.get('audio')]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def make_hub(root):
-    """A hub cache with the model at REV (refs/main -> REV), two shards (as tests/unit/lab/test_standin.py)."""
-    repo = root / 'hub' / ('models--' + REPO_ID.replace('/', '--'))
-    snap = repo / 'snapshots' / REV
-    (repo / 'blobs').mkdir(parents=True)
-    (repo / 'refs').mkdir()
-    snap.mkdir(parents=True)
-    (repo / 'refs' / 'main').write_text(REV)
-    files = {'config.json': '{"model_type": "inkling"}',
-             'model.safetensors.index.json': json.dumps({'weight_map': {'a': 'model-1.safetensors',
-                                                                        'b': 'model-2.safetensors'}}),
-             'model-1.safetensors': 'x', 'model-2.safetensors': 'y'}
-    for i, (name, text) in enumerate(sorted(files.items())):
-        blob = repo / 'blobs' / ('%064d' % i)
-        blob.write_text(text)
-        (snap / name).symlink_to(os.path.join('..', '..', 'blobs', blob.name))
-    return root / 'hub'
 
 
 class Standin(object):
@@ -131,7 +104,7 @@ def standin(tmp_path_factory):
     """standin(fault=None, perf=False, **env): a stand-in paced PACE (PERF_PACE with perf), started
     once per module for the same arguments."""
     root = tmp_path_factory.mktemp('standin')
-    hub = make_hub(root)
+    hub = standin_hub(root, REPO_ID, REV)
     started = {}
 
     def get(fault=None, perf=False, **env):
