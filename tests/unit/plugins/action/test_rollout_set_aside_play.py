@@ -1,0 +1,31 @@
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Hosts that preflight sets aside do not crash the later plays: the real rollout playbook, on
+hosts without a GPU (so every host fails preflight), still stages nothing, closes the journal
+and writes its report, each host with preflight's own reason (issue: set-aside hosts)."""
+
+import json
+import os
+
+from test_rollout_validate_play import run
+
+
+def test_every_host_set_aside_still_gets_a_report_with_preflight_s_reason(tmp_path):
+    report_dir = tmp_path / 'reports'
+    proc, out = run(tmp_path, '-e', 'preflight_fail_host=false', '-e', 'rollout_max_failed_hosts=5',
+                    '-e', 'rollout_min_healthy_hosts=0', '-e', 'rollout_report_dir=%s' % report_dir)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # the stage and restart entry points do not ask a set-aside host for its contract
+    assert 'Validation of arguments failed' not in out
+    assert 'PLAY [Rollout | journal and report]' in proc.stdout
+    journal = json.loads((report_dir / 'journal.json').read_text())
+    assert journal['status'] != 'running'
+    hosts = journal['hosts']
+    assert sorted(hosts) == ['gpu-01', 'gpu-02', 'gpu-03']
+    for name, host in hosts.items():
+        assert host['phase'] == 'excluded', (name, host)
+        assert 'nvidia-smi' in host['message'], (name, host)
+    report = (report_dir / ('rollout-%s.md' % journal['id'])).read_text()
+    for name in hosts:
+        assert '| %s | set aside by preflight, not touched |' % name in report
+    assert os.path.exists(report_dir / ('rollout-%s.json' % journal['id']))
