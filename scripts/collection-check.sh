@@ -34,7 +34,7 @@ for bad in reports/ inventory/lab/ lab/ molecule/ tests/ bench/ scripts/ .venv/ 
 done
 for want in MANIFEST.json FILES.json README.md LICENSE meta/runtime.yml playbooks/deploy_inkling.yml \
     roles/preflight/meta/argument_specs.yml roles/rollout/tasks/main.yml plugins/modules/inkling_variant.py \
-    inventory/example/hosts.yml docs/operator-guide.md; do
+    inventory/example/hosts.yml docs/operator-guide.md meta/execution-environment.yml bindep.txt; do
   grep -qx "$want" <<<"$listing" || fail "the tarball lacks $want"
 done
 echo "collection-check: tarball $(basename "$tarball"): $(wc -l <<<"$listing") entries, no lab/test/run files"
@@ -89,12 +89,15 @@ installed=$(ansible-galaxy collection list --format json 2>/dev/null |
   python -c 'import json,sys; print(" ".join(sorted(n + ":" + v["version"] for p in json.load(sys.stdin).values() for n, v in p.items())))')
 echo "collection-check: installed, and all that Ansible sees: $installed"
 printf 'gpu-01 ansible_connection=local\n' > hosts
-for pb in deploy_inkling preflight; do
+inst=$work/collections/ansible_collections/inkling/fleet
+# Every playbook the collection ships, called by name as a user calls it (a name with a hyphen
+# "could not be found": collection playbook names are Python identifiers).
+for pb in "$inst"/playbooks/*.yml; do
+  pb=$(basename "$pb" .yml)
   ansible-playbook -i hosts "inkling.fleet.$pb" --syntax-check >/dev/null ||
     fail "ansible-playbook inkling.fleet.$pb --syntax-check from the installed collection"
   echo "collection-check: syntax-check inkling.fleet.$pb: ok"
 done
-inst=$work/collections/ansible_collections/inkling/fleet
 n=0
 for m in "$inst"/plugins/modules/*.py; do
   m=$(basename "$m" .py)
@@ -110,15 +113,29 @@ for r in "$inst"/roles/*/; do
 done
 echo "collection-check: ansible-doc for $n roles: ok"
 
-# The execution environment (meta/execution-environment.yml): ansible-builder writes its
+# What the execution environment's build runs on the collection: its introspect step (the
+# generated Containerfile's `introspect.py introspect`, here the same code through
+# `ansible-builder introspect`) reads the installed collection's meta/execution-environment.yml
+# and bindep.txt, and must find the ssh client.
+deps_out=$(ansible-builder introspect "$work/collections" 2>&1) ||
+  fail "ansible-builder introspect of the installed collection: $deps_out"
+python - "$deps_out" <<'PY' || fail "ansible-builder introspect of the installed collection: $deps_out"
+import sys, yaml
+data = yaml.safe_load(sys.argv[1].split("---", 1)[1])
+system = [line for line in data.get("system") or [] if "inkling.fleet" in line]
+sys.exit(0 if any(line.startswith("openssh-clients [platform:rpm]") for line in system) else 1)
+PY
+echo "collection-check: ansible-builder introspect of the installed collection: ok (system: openssh-clients)"
+
+# The execution environment (execution-environment.yml): ansible-builder writes its
 # build context (nothing is pulled); the context must carry this very collection, the
 # same dependencies as galaxy.yml and the tested ansible-core.
 cd "$top"
 rm -f build/inkling-fleet-*.tar.gz
 mkdir -p build
 cp "$tarball" build/
-ansible-builder create -f meta/execution-environment.yml --context "$work/ee" >/dev/null ||
-  fail "ansible-builder create -f meta/execution-environment.yml"
+ansible-builder create -f execution-environment.yml --context "$work/ee" >/dev/null ||
+  fail "ansible-builder create -f execution-environment.yml"
 python - "$work/ee" "$tarball" <<'PY' || fail "the execution environment's build context (above)"
 import os, sys, yaml
 ctx, tarball = sys.argv[1:]

@@ -57,7 +57,7 @@ def test_no_loop_no_cases():
 
 
 def test_the_playbook_records_what_the_real_run_recorded(tmp_path):
-    """playbooks/hardware-validation.yml on the lab's nvidia-smi stand-in with the 2x H200 profile: the same
+    """playbooks/hardware_validation.yml on the lab's nvidia-smi stand-in with the 2x H200 profile: the same
     outcomes, variants and reasons as the real 2x H200 run, and the same recap (ok=7 changed=1 failed=0)."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     conf = tmp_path / 'conf'
@@ -69,7 +69,7 @@ def test_the_playbook_records_what_the_real_run_recorded(tmp_path):
     out = tmp_path / 'out.json'
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-c', 'local', '-i', 'localhost,',
-         '-e', 'ansible_python_interpreter=' + sys.executable, os.path.join(repo, 'playbooks', 'hardware-validation.yml'),
+         '-e', 'ansible_python_interpreter=' + sys.executable, os.path.join(repo, 'playbooks', 'hardware_validation.yml'),
          '-e', 'hardware_validation_output=%s' % out,
          '-e', 'hardware_validation_nvidia_smi_path=%s' % os.path.join(repo, 'lab', 'nvidia-smi', 'nvidia-smi')],
         cwd=repo, env=env, capture_output=True, text=True, timeout=300, check=False)

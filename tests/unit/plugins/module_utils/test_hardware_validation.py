@@ -4,7 +4,7 @@
 """Regression tests from the real 2x H200 run (docs/hardware-validation.md).
 
 The facts below were returned by inkling.fleet.nvidia_gpu_info on a real host
-(playbooks/hardware-validation.yml, 2026-11-29; UUIDs replaced). What nvidia-smi printed on
+(playbooks/hardware_validation.yml, 2026-11-29; UUIDs replaced). What nvidia-smi printed on
 that host (raw.txt, and the same host's capture in fixtures/nvidia-smi/h200-2gpu-driver580)
 is replayed through the module's own collection code: it must give the recorded facts, and
 the variant selection on those facts what the real run gave.
@@ -186,7 +186,7 @@ def test_real_preflight_default_tp8_is_refused_on_two_gpus():
 
 # --------------------------------------------------------------------------
 # 1x H200, driver 580.159.04, 2026-12-01: the GPU health checks of issue 18
-# (playbooks/hardware-checks.yml; docs/hardware-validation.md)
+# (playbooks/hardware_checks.yml; docs/hardware-validation.md)
 # --------------------------------------------------------------------------
 
 RUN_X1 = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'hardware-validation',
