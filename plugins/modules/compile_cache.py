@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: compile_cache
 short_description: Key, list, seed and prune the compile and autotune cache sets of the vLLM unit
-version_added: 0.3.0
+version_added: "0.2.0"
 description:
   - A cache set is the directory C(<cache_root>/<variant>/<digest hex>) the service role mounts into the unit,
     one subdirectory per cache (C(vllm), C(triton), C(torchinductor), ...). Its cache key (variant, image digest,

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_download
 short_description: Download the files of a hub cache plan, resumably, with a progress file
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Downloads the files listed in a plan written by M(inkling.fleet.hf_snapshot) (its C(phase=plan)) into
     the standard hub cache layout, one file at a time, and writes progress (bytes done of total, rate,

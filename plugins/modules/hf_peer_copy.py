@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_peer_copy
 short_description: Receive a hub cache snapshot from fleet peers while they still receive it, relaying it on
-version_added: 0.2.0
+version_added: "0.2.0"
 description:
   - One receiver's part of the C(peer) fan-out of the C(inkling.fleet.hf_cache) role, meant to run as an async
     task on every host that does not hold the snapshot, all at once.

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_peer_reset
 short_description: End what a killed run of the peer fan-out left on a host (copy job, rsync daemon, their files)
-version_added: 0.2.0
+version_added: "0.2.0"
 description:
   - 'The C(peer) source of the C(inkling.fleet.hf_cache) role runs a copy job (M(inkling.fleet.hf_peer_copy), async)
     and an rsync daemon (a transient systemd unit) on every host, and stops both when staging ends, also on

@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_peer_serve
 short_description: Start the read-only rsync daemon and relay of the peer fan-out, with this run's secret
-version_added: 0.2.0
+version_added: "0.2.0"
 description:
   - 'Part of the C(peer) source of the C(inkling.fleet.hf_cache) role: in one step (one module run instead of four
     tasks, which the peer staging of a fleet waits for), creates the copy jobs'' runtime directory O(rundir), writes

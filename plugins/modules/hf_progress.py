@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_progress
 short_description: Wait a while for a background hub download and report its progress
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Reads the progress file that M(inkling.fleet.hf_download) or M(inkling.fleet.hf_peer_copy) writes,
     waiting up to O(wait_s) seconds or until the download ends, and returns the progress with a one-line message (bytes done of total,

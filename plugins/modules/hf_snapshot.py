@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: hf_snapshot
 short_description: Plan and verify a pinned Hugging Face hub cache snapshot on a host
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Works on the standard hub cache layout (C(models--ORG--NAME/{blobs,snapshots/REV,refs})) that
     C(huggingface_hub) and vLLM read with C(HF_HUB_OFFLINE=1).

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: image_pin
 short_description: Decide the digest that pins a container image reference
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Validates that an image reference is fully qualified (registry host first) and that any
     digest is a C(sha256:) digest; a short name is refused (field failure F12).

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: image_prune
 short_description: Remove old images of given repositories, keeping the newest and the rollback target
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Removes images of O(repositories) from podman's local storage so that, once the target image
     is pulled, at most O(keep) of them remain, the target, then O(protect) in order (the

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: inkling_variant
 short_description: Select the Inkling serving variant for a GPU host
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Merges O(overrides) into the variant O(table) by entry name (recursively; lists are replaced),
     validates the result, skips entries with C(enabled=false), and picks the entry that matches the

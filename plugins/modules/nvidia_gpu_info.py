@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: nvidia_gpu_info
 short_description: Read NVIDIA GPU facts from nvidia-smi
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Runs C(nvidia-smi --query-gpu=<explicit fields> --format=csv,noheader,nounits) with C(LC_ALL=C) and a
     timeout, and returns per-GPU and per-host facts. The human table of plain C(nvidia-smi) is never parsed.

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: page_cache_warm
 short_description: Read a staged model snapshot into the page cache before the old server stops, when memory allows
-version_added: 0.3.0
+version_added: "0.2.0"
 description:
   - Reads every file of the snapshot C(<cache_dir>/models--ORG--NAME/snapshots/<revision>/) (links resolved, each
     blob once) sequentially, so that the next vLLM start loads its weights from memory instead of disk.

@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: preflight_fabric_wait
 short_description: Wait, bounded, for the GPUs' fabric registration and show one line per round
-version_added: "0.1.0"
+version_added: "0.2.0"
 description:
   - Polls the GPUs' fabric state with M(inkling.fleet.nvidia_gpu_info) every O(poll_s) seconds until no GPU
     is C(In Progress) or C(Not Started), or until O(wait_s) seconds have passed (the last poll falls at

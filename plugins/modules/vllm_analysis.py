@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: vllm_analysis
 short_description: Check that a vLLM server answers right, and as fast as the version before it
-version_added: 0.4.0
+version_added: "0.2.0"
 description:
   - The canary analysis of the rollout (docs/rollout.md, "Canary analysis"). A server that passed
     C(inkling.fleet.vllm_gate) answers HTTP 200; this module reads the answers. NVFP4

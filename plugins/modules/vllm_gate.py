@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: vllm_gate
 short_description: Wait until a vLLM server under systemd is ready to serve, or say why not
-version_added: 0.1.0
+version_added: "0.1.0"
 description:
   - Polls a vLLM OpenAI-compatible server that runs as a systemd unit on the managed host and
     decides whether it became ready within a deadline. Used by the rollout after each restart
