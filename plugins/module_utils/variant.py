@@ -16,6 +16,8 @@ __metaclass__ = type
 import copy
 import re
 
+from ansible_collections.inkling.fleet.plugins.module_utils.image_ref import ImageRefError, parse_reference
+
 SCHEMA_VERSION = 1
 
 # Compute capabilities known not to work, with why. Checked before the table, so that the
@@ -160,11 +162,18 @@ def merge_table(table, overrides):
 
 
 def is_fully_qualified(reference):
-    """True when the first path component is a registry host (has a dot or a port, or is localhost)."""
-    if not isinstance(reference, str) or '/' not in reference:
-        return False
-    host = reference.split('/', 1)[0]
-    return '.' in host or ':' in host or host == 'localhost'
+    """True when the reference is one staging accepts: image_ref.parse_reference, the one parser
+    of image references (a registry host first, then lowercase path components)."""
+    return reference_problem(reference) is None
+
+
+def reference_problem(reference):
+    """None for a reference staging accepts, else image_ref's message saying why not."""
+    try:
+        parse_reference(reference)
+    except ImageRefError as e:
+        return str(e)
+    return None
 
 
 def is_revision(value):
@@ -253,11 +262,11 @@ def validate_entry(name, entry):
     for key in sorted(set(image) - set(IMAGE_KEYS)):
         errors.append('%s: image has unknown key %r (known: %s)' % (where, key, ', '.join(IMAGE_KEYS)))
     ref = image.get('reference')
-    if not is_fully_qualified(ref):
-        errors.append(
-            '%s: image.reference %r is not fully qualified; name the registry host (for example '
-            'docker.io/vllm/vllm-openai:v0.28.0), because podman under systemd or Ansible cannot resolve '
-            'short names ("short-name resolution enforced but cannot prompt without a TTY", F12)' % (where, ref))
+    problem = reference_problem(ref) if isinstance(ref, str) and ref else 'expected a string such as %s' % (
+        'docker.io/vllm/vllm-openai:v0.28.0')
+    if problem:
+        # image_ref's own words: the same parser staging uses (F12 short names, bad tags, uppercase paths)
+        errors.append('%s: image.reference %r is not fully qualified: %s' % (where, ref, problem))
     elif '@' in ref:
         errors.append('%s: image.reference %r carries a digest; put the tag in reference and the digest in '
                       'image.digest' % (where, ref))

@@ -227,7 +227,7 @@ table_errors:
   returned: failure
   type: list
   elements: str
-  sample: ["entry 'x': image.reference 'vllm/vllm-openai:v0.28.0' is not fully qualified; ..."]
+  sample: ["entry 'x': image.reference 'vllm/vllm-openai:v0.28.0' is not fully qualified: ... is a short name ..."]
 '''
 
 from ansible.module_utils.basic import AnsibleModule

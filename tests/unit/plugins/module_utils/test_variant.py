@@ -409,3 +409,16 @@ def test_modalities_name_known_inputs_only(table):
     errors = vt.validate_entry('sm100', entry)
     assert errors == ["entry 'sm100': modalities: 'video' is not one of text, image, audio"]
     assert 'a list of strings' in vt.validate_entry('sm100', dict(table['sm100'], modalities='text'))[0]
+
+
+@pytest.mark.parametrize('ref', ['registry.local/a/B:tag', 'quay.io/Org/vllm:1', 'quay.io/org/vllm:-bad',
+                                 'vllm/vllm-openai:v0.28.0'])
+def test_the_table_and_staging_agree_on_references(ref, table):
+    """Play 0's table check and staging's parser are one: what staging refuses, the table refuses."""
+    from ansible_collections.inkling.fleet.plugins.module_utils import image_ref
+    with pytest.raises(image_ref.ImageRefError) as staged:
+        image_ref.parse_reference(ref)
+    assert not vt.is_fully_qualified(ref)
+    with pytest.raises(vt.VariantTableError) as err:
+        select(facts_from_rows(h200_rows(8)), BIG, 8, table, overrides={'sm90-patched': {'image': {'reference': ref}}})
+    assert str(staged.value) in str(err.value)
