@@ -180,6 +180,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
             rec['failures'] = outcome.get('failures', [])
             _set_phase(rec, 'excluded', run, now, rec['message'])
     journal['replicas'] = dict((h, replica_map[h]) for h in sorted(replica_map))
+    journal['max_failed'] = int(max_failed)  # close_run checks it once more: a spent budget always halts
     healthy = sorted(h for h, o in outcomes.items() if o.get('contract'))
     healthy_units = sorted(set(unit_of(journal, h) for h in healthy))
     all_units = sorted(set(unit_of(journal, h) for h in outcomes))
@@ -371,6 +372,10 @@ def close_run(journal, now, aborted_reason=None):
     the rollout's control (an unreachable host, a playbook stopped early) and are listed as
     such. Returns the journal with its final status."""
     run = current_run(journal)
+    if journal.get('max_failed') is not None:
+        # Failures of the last batch (or of staging, with no batch left to ask the budget) still
+        # spend it: the run halts with the budget's reason rather than "completed with failures".
+        check_budget(journal, journal['max_failed'])
     left = []
     for host, rec in sorted(journal.get('hosts', {}).items()):
         phase = rec.get('phase')

@@ -538,3 +538,15 @@ def test_the_journal_action_says_whether_the_host_is_a_canary_and_whether_the_ro
     with open(path) as f:
         written = json.load(f)
     assert written['halted'] is True and written['hosts']['h1']['analysis']['passed'] is False
+
+
+def test_failures_over_the_budget_with_no_batch_left_still_halt_with_a_reason():
+    """Every host failing staging with a budget of 0 (or the last batch's failures) ends 'halted' with
+    the budget's reason, never 'completed with failures' with an empty halt_reason."""
+    journal, _a, _n = opened(ok=('a', 'b'), max_failed=0)
+    for h in ('a', 'b'):
+        r.record(journal, h, 'stage_failed', NOW, {'message': 'staging failed: hub unreachable'})
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'halted'
+    assert journal['halt_reason'] == '2 host(s) failed (a, b), over the fleet-wide budget of 0'
+    assert 'over the fleet-wide budget of 0' in r.render_markdown(journal)
