@@ -13,6 +13,7 @@ __metaclass__ = type
 import glob
 import os
 import re
+import pwd
 
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 from ansible_collections.inkling.fleet.plugins.module_utils.gpu_health import parse_kernel_log
@@ -22,6 +23,16 @@ KERNEL_LOG_COMMANDS = (
     ('journalctl -k -b', ['journalctl', '-k', '-b', '0', '--no-pager', '-q', '-o', 'short-monotonic']),
     ('dmesg', ['dmesg']),
 )
+
+
+def effective_user():
+    """The uid and name the module runs as (become, or not)."""
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return {'uid': uid, 'name': name}
 
 
 def read_text(path, limit=4 * 1024 * 1024):

@@ -1119,6 +1119,18 @@ def check_selinux(mode, container_use_devices=None, label_disable=None):
 # everything together
 # --------------------------------------------------------------------------
 
+def check_root(host, user):
+    """Every task on a GPU host runs as root (become): without it, podman reports rootless storage and the disk
+    check measures the wrong filesystem. Unknown (an older facts module) passes."""
+    if not user or user.get('uid') is None or user.get('uid') == 0:
+        return []
+    name = user.get('name') or str(user.get('uid'))
+    return [result('host.root', False, 'user %r (uid %s)' % (name, user.get('uid')), 'root (uid 0)',
+                   remedy='set ansible_become: true (sudo) in the inventory, for the GPU hosts',
+                   message="%s: tasks run as %r, not root: set ansible_become: true (sudo) in the inventory"
+                   % (host, name))]
+
+
 def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, variant_error=None,
              tensor_parallel_size=8, podman_min_version='4.4', podman_bad_versions=None,
              cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
@@ -1132,7 +1144,11 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
     """
     facts = host_facts or {}
     variant = variant or None
-    checks = []
+    checks = check_root(host, facts.get('effective_user'))
+    if checks:
+        # Everything else would be measured as that user (rootless podman, its storage): say this once, alone.
+        return {'host': host, 'ok': False, 'checks': checks, 'failures': checks, 'warnings': [], 'fixable': [],
+                'fabric_pending': False}
     checks += check_driver(gpu, gpu_error, facts.get('kernel_module_version'),
                            (variant or {}).get('min_driver'), facts.get('userspace_driver_versions'),
                            facts.get('apt_nvidia_event'), nvml_library_version)

@@ -109,6 +109,10 @@ host_facts:
   returned: always
   type: dict
   contains:
+    effective_user:
+      description: The user the module runs as (C(uid), C(name)); root unless become is missing.
+      type: dict
+      sample: {uid: 0, name: root}
     kernel_module_version:
       description: Loaded NVIDIA kernel module version, null when the version file is missing.
       type: str
@@ -326,6 +330,7 @@ def main():
     )
     p = module.params
     facts = {}
+    facts['effective_user'] = hp.effective_user()
     facts['kernel_module_version'] = pc.parse_driver_version_file(read_text(p['driver_version_file']))
     versions = set()
     for pattern in LIB_GLOBS:

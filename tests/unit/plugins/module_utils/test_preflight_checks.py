@@ -117,6 +117,21 @@ def test_healthy_hgx_h200_passes():
         assert set(('check', 'ok', 'found', 'expected', 'remedy', 'message')) <= set(check)
 
 
+def test_a_host_reached_without_become_fails_once_with_the_remedy():
+    """Without become, podman reports rootless storage and the disk check measures the wrong filesystem: the
+    report says so, alone, naming the host, the user found and the remedy."""
+    facts = host_facts()
+    facts['effective_user'] = {'uid': 1000, 'name': 'deploy'}
+    report = run(facts=facts)
+    assert not report['ok']
+    assert failed(report) == {'host.root': "gpu-node-01: tasks run as 'deploy', not root: set ansible_become: true "
+                                           "(sudo) in the inventory"}
+    assert report['checks'] == report['failures']
+    facts['effective_user'] = {'uid': 0, 'name': 'root'}
+    assert run(facts=facts)['ok']
+    assert pc.summary(report).count('not root') == 1
+
+
 def test_every_failure_has_found_expected_and_remedy():
     report = run(gpu=make_gpu(count=7, fabric=('In Progress', None), mig_mode_current=True),
                  facts=host_facts(cdi_specs=[], podman={'found': False}, shm_bytes=64 * 1024 ** 2))
