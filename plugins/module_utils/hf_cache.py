@@ -30,6 +30,7 @@ import json
 import os
 import re
 import socket
+import stat
 import threading
 import time
 
@@ -221,6 +222,40 @@ def stat_key(path):
 # --------------------------------------------------------------------------
 # small JSON files, written atomically
 # --------------------------------------------------------------------------
+
+def write_secret_file(path, text):
+    """Write ``text`` to ``path``, root-only (directory 0700, file 0600), never through a link: the
+    token a background download reads, so that its payload carries no secret. Refuses a link or a
+    non-directory where the directory should be."""
+    d = os.path.dirname(path)
+    if not os.path.lexists(d):
+        os.makedirs(d, 0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, 'not a directory (a link or a file): refusing to write the token there', d)
+    os.chmod(d, 0o700)
+    tmp = '%s.tmp.%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, 'w') as f:
+            f.write(text)
+        os.rename(tmp, path)  # replaces a planted link itself, never its target
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_secret_file(path, remove=False):
+    """The text of a file written by write_secret_file, opened without following a link; removed
+    afterwards when ``remove``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as f:
+        text = f.read().strip()
+    if remove:
+        os.unlink(path)
+    return text
+
 
 def write_json_atomic(path, data, mode=0o644):
     d = os.path.dirname(path)

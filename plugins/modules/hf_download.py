@@ -46,8 +46,16 @@ options:
     type: str
     default: https://huggingface.co
   token:
-    description: Hub token. Never logged, never written to disk.
+    description:
+      - Hub token. Never logged. Prefer O(token_file) when this module runs in the background (C(async)): a
+        background task's payload is a file in the SSH user's home, with the arguments in it.
     type: str
+  token_file:
+    description:
+      - Read the hub token from this root-only file (written by M(inkling.fleet.hf_snapshot) O(token_file)), opened
+        without following a link, and removed once read: the token is on disk only until the download starts.
+    type: path
+    version_added: "0.2.0"
   transport:
     description: V(http) (resumable per file) or V(xet) (C(hf_hub_download), Xet storage when offered).
     type: str
@@ -197,6 +205,13 @@ def run(module):
     if HF_IMPORT_ERROR:
         module.fail_json(msg='%s: huggingface_hub is not importable by %s; run with the hf_cache_venv python'
                              % (os.uname()[1], sys.executable), exception=HF_IMPORT_ERROR)
+    if p['token_file']:
+        try:
+            p['token'] = p['token'] or hc.read_secret_file(p['token_file'], remove=True)
+        except OSError as e:
+            module.fail_json(msg='%s: cannot read the hub token file %s (%s); the plan (hf_snapshot token_file) '
+                                 'writes it before each download' % (os.uname()[1], p['token_file'], e.strerror))
+        module.no_log_values.add(p['token'])
     plan = hc.read_json(p['plan_file'])
     if not plan:
         module.fail_json(msg='plan file %s missing or unreadable' % p['plan_file'])
@@ -293,6 +308,7 @@ def main():
             progress_file=dict(type='path', required=True),
             endpoint=dict(type='str', default='https://huggingface.co'),
             token=dict(type='str', no_log=True),
+            token_file=dict(type='path'),
             transport=dict(type='str', default='http', choices=['http', 'xet']),
             retries=dict(type='int', default=5),
             stall_timeout_s=dict(type='int', default=60),

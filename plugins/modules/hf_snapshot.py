@@ -65,8 +65,16 @@ options:
     type: str
     default: https://huggingface.co
   token:
-    description: Hub token for gated or private repositories. Never logged, never written to disk.
+    description:
+      - Hub token for gated or private repositories. Never logged; written to disk only to O(token_file).
     type: str
+  token_file:
+    description:
+      - With O(token) and a plan that downloads, write the token here, root-only (directory 0700, file 0600,
+        never through a link), for M(inkling.fleet.hf_download) to read: a background task's payload is a file
+        in the SSH user's home, so it must carry no secret. Keep it outside the hub cache, which containers mount.
+    type: path
+    version_added: "0.2.0"
   allow_patterns:
     description: Only stage files matching one of these patterns (C(huggingface_hub) semantics).
     type: list
@@ -245,6 +253,11 @@ plan_file:
   description: Plan written for the downloader (not in check mode).
   returned: phase=plan
   type: str
+token_file:
+  description: Where the token was written for the downloader (O(token_file)), when a token is given and files are to download.
+  returned: phase=plan, with a token and something to download
+  type: str
+  version_added: "0.2.0"
 progress_file:
   description: Where the downloader writes its progress.
   returned: phase=plan
@@ -531,6 +544,9 @@ def run_plan(module, pre):
                 'patterns': hc.patterns_key(p['allow_patterns'], p['ignore_patterns']),
                 'hashed': insp['hashed'],
             }, mode=0o600)
+            if p['token'] and p['token_file'] and download:
+                hc.write_secret_file(p['token_file'], p['token'])
+                res['token_file'] = p['token_file']
     n = len(download)
     res['msg'] = ('%s@%s (%s): complete, %d files verified' % (p['repo_id'], commit[:12], how, len(entries))
                   if res['complete'] else
@@ -626,6 +642,7 @@ def main():
             cache_dir=dict(type='path', required=True),
             endpoint=dict(type='str', default='https://huggingface.co'),
             token=dict(type='str', no_log=True),
+            token_file=dict(type='path'),
             allow_patterns=dict(type='list', elements='str'),
             ignore_patterns=dict(type='list', elements='str'),
             metadata_source=dict(type='str', default='hub', choices=['hub', 'manifest']),

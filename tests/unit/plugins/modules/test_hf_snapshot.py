@@ -261,3 +261,54 @@ def test_cache_dir_in_the_way_or_unknown_owner_fails_before_anything_changes(tmp
     assert rc == 1 and 'no-such-user-x' in res['msg'] and 'Remedy' in res['msg'] and not os.path.exists(cache)
     rc, res = snap(tmp_path, hub, cache, local_only=True, create_cache_dir={'mode': 'rwx'})
     assert rc == 1 and "'rwx' is not an octal string" in res['msg'] and not os.path.exists(cache)
+
+
+@pytest.fixture(scope='module')
+def gated_hub(tmp_path_factory):
+    """The hub double with a token: every request without it is refused."""
+    fake_hub = load('fake_hub_g', 'fake_hub.py')
+    make_model = load('make_model_g', 'make-model.py')
+    root = str(tmp_path_factory.mktemp('gatedroot'))
+    make_model.main(['--root', root, '--shards', '2', '--shard-kib', '256'])
+    srv = fake_hub.FakeHub(('127.0.0.1', 0), root, token='hf_gated_secret')
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield {'url': 'http://127.0.0.1:%d' % srv.server_address[1], 'srv': srv}
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_the_background_download_reads_the_token_from_a_root_only_file(tmp_path, gated_hub):
+    """The token never rides in the background task's arguments (its payload is a file in the SSH user's home):
+    the plan writes it root-only, never through a link, and the download reads it and removes it."""
+    cache = str(tmp_path / 'cache')
+    token_file = tmp_path / 'run' / 'token'
+    victim = tmp_path / 'victim'
+    victim.write_text('keep me')
+    token_file.parent.mkdir(mode=0o755)
+    os.symlink(str(victim), str(token_file))  # planted: the write must replace the link, not follow it
+    rc, plan = snap(tmp_path, gated_hub, cache, token='hf_gated_secret', token_file=str(token_file))
+    assert rc == 0, plan
+    assert plan['token_file'] == str(token_file) and plan['download']
+    assert victim.read_text() == 'keep me'
+    assert not os.path.islink(token_file)
+    assert oct(os.stat(token_file).st_mode & 0o777) == '0o600'
+    assert oct(os.stat(token_file.parent).st_mode & 0o777) == '0o700'
+    assert token_file.read_text() == 'hf_gated_secret'
+    rc, res = download(tmp_path, gated_hub, plan, token_file=str(token_file))
+    assert rc == 0, res
+    assert 'hf_gated_secret' not in json.dumps(res)
+    assert not os.path.exists(token_file)
+    # without the file (and no token) the gated hub refuses: the token really came from the file
+    rc, plan2 = snap(tmp_path, gated_hub, str(tmp_path / 'cache2'), token='hf_gated_secret')
+    assert rc == 0 and 'token_file' not in plan2
+    rc, res2 = download(tmp_path, gated_hub, plan2)
+    assert rc != 0
+
+
+def test_the_role_s_background_download_gets_no_token():
+    import yaml
+    with open(os.path.join(REPO_ROOT, 'roles', 'hf_cache', 'tasks', 'download_start.yml')) as f:
+        task = yaml.safe_load(f)[0]
+    assert task['async'] and task['poll'] == 0
+    args = task['inkling.fleet.hf_download']
+    assert 'token' not in args and 'token_file' in args
