@@ -49,8 +49,9 @@ def read_files_command(paths):
 
 
 def split_files(stdout, count):
-    """The contents printed by read_files_command, None for a missing file."""
-    chunks = stdout.split('\n%s\n' % SEP)[:count]
+    """The contents printed by read_files_command, None for a missing file. Over SSH with become the command
+    runs on a terminal (ssh -tt, for sudo), which turns every newline into CR LF."""
+    chunks = stdout.replace('\r\n', '\n').split('\n%s\n' % SEP)[:count]
     chunks += [''] * (count - len(chunks))
     return [None if c.strip() == MISSING else c for c in chunks]
 

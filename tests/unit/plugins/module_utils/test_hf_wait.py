@@ -149,3 +149,16 @@ def test_a_job_near_its_end_is_polled_every_second():
         return progress(min(1000, int((clock() - 1000) * 50))), dict(RUNNING)
     out = hf_wait.follow(poll, clock.sleep, clock, 300, 3600, poll_s=5.0)
     assert out['finished'] and clock() - 1021.5 < 1.01, clock()   # seen within a second (5 s polls: at 1025)
+
+
+def test_the_files_read_over_ssh_with_become_are_split_despite_cr_lf():
+    """Over SSH with sudo the read runs on a terminal (ssh -tt): every newline comes back as CR LF. The wait
+    must still see the job's status, or it waits 'for the job to start' until its time limit (seen on the lab's
+    SSH hosts, a download finished in 1 s)."""
+    from ansible_collections.inkling.fleet.plugins.action import hf_wait as action
+    status = {'changed': True, 'finished': 1, 'rc': 0}
+    printed = '%s\n%s\n%s\n%s\n' % (action.MISSING, action.SEP, json.dumps(status), action.SEP)
+    for stdout in (printed, printed.replace('\n', '\r\n')):
+        progress_text, status_text = action.split_files(stdout, 2)
+        assert progress_text is None
+        assert json.loads(status_text) == status
