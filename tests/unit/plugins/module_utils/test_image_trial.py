@@ -39,6 +39,10 @@ ENTRYPOINT = ['/usr/local/bin/vllm', 'serve']
     ('10.3', ['sm_100f'], ('compatible', 'sm_100f')),
     ('10.0', ['sm_120', 'compute_90'], ('ptx', 'compute_90')),
     ('10.0', ['sm_120'], ('none', None)),
+    # PTX is JIT-compiled upwards only: compute_100 cannot run on a 9.0 GPU, compute_90 can
+    ('9.0', ['sm_100', 'compute_100'], ('none', None)),
+    ('9.0', ['sm_100', 'compute_100', 'compute_90'], ('ptx', 'compute_90')),
+    ('10.0', ['compute_103'], ('none', None)),
 ])
 def test_arch_support(cap, arches, expected):
     assert it.arch_support(cap, arches) == expected
