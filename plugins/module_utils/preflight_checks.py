@@ -869,8 +869,9 @@ def podman_cdi_dirs(podman_version, configured_dirs, bad_versions, cdi_dirs=None
     return list(cdi_dirs or DEFAULT_CDI_DIRS), 'default'
 
 
-def check_podman(podman, min_version, bad_versions):
-    """podman present, new enough for quadlet (F13), not a release known to break CDI (F6)."""
+def check_podman(podman, min_version, bad_versions, api_key_min_version=None):
+    """podman present, new enough for quadlet (F13), not a release known to break CDI (F6); with an API key
+    (``api_key_min_version`` given), new enough that the key's secret is not re-created on every run."""
     podman = podman or {}
     version = podman.get('version')
     if not podman.get('found'):
@@ -887,6 +888,12 @@ def check_podman(podman, min_version, bad_versions):
         message=('podman %s' % version) if ok else
                 ('podman %s has no quadlet support or lacks keys the service uses (needs >= %s); the unit would '
                  'not be generated' % (version, min_version))))
+    if ok and api_key_min_version and not version_ge(version, api_key_min_version):
+        checks.append(result(
+            'podman.api_key', False, 'podman %s with an API key' % version, '>= %s' % api_key_min_version,
+            remedy='upgrade podman to %s or newer, or serve without an API key (service_api_key)' % api_key_min_version,
+            message='podman %s re-creates the API key\'s secret on every run (containers.podman\'s force before '
+                    '%s), which counts as a change and restarts the host on every rollout' % (version, api_key_min_version)))
     for bad in bad_versions or []:
         if versions_equal(version, bad.get('version')):
             # Releases that only change the CDI directories are judged by the CDI check.
@@ -1136,7 +1143,8 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
              cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
              shm_min_mib=1024, service_ipc_host=True, fabricmanager_unit='nvidia-fabricmanager',
              fabric_waited_s=0, mount_sources=None, variant_refusals=None, nvml_library_version=None,
-             podman_cdi_versions=None, service_label_disable=True, extra_checks=None, nvlink5_remedy=None):
+             podman_cdi_versions=None, service_label_disable=True, extra_checks=None, nvlink5_remedy=None,
+             podman_api_key_min_version=None):
     """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``.
 
     ``extra_checks`` are results made elsewhere (gpu_health: Xid, recovery action, NVLink5), added before
@@ -1157,7 +1165,7 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
                            unit=fabricmanager_unit, waited_s=fabric_waited_s, nvlink5_remedy=nvlink5_remedy)
     checks += list(extra_checks or [])
     podman = facts.get('podman') or {}
-    checks += check_podman(podman, podman_min_version, podman_bad_versions)
+    checks += check_podman(podman, podman_min_version, podman_bad_versions, podman_api_key_min_version)
     checks += check_cdi(gpu, facts.get('cdi_specs'), podman, facts.get('containers_conf_cdi_spec_dirs'),
                         podman_bad_versions, cdi_dirs, podman_cdi_versions)
     model_size = ((variant or {}).get('model') or {}).get('size_bytes')

@@ -71,6 +71,12 @@ options:
     description: Oldest podman the service supports (quadlet needs 4.4).
     type: str
     default: '4.4'
+  podman_api_key_min_version:
+    description:
+      - When the service has an API key, the oldest podman that does not re-create its secret on every run (which
+        would restart the host on every rollout). Omit when there is no API key.
+    type: str
+    version_added: "0.2.0"
   podman_bad_versions:
     description:
       - podman releases known to break something the service uses.
@@ -251,6 +257,7 @@ def main():
             variant_error=dict(type='str'),
             tensor_parallel_size=dict(type='int', default=8),
             podman_min_version=dict(type='str', default='4.4'),
+            podman_api_key_min_version=dict(type='str'),
             podman_bad_versions=dict(type='list', elements='dict', default=[]),
             cdi_dirs=dict(type='list', elements='path', default=['/etc/cdi', '/var/run/cdi']),
             disk_margin_pct=dict(type='int', default=10),
@@ -280,6 +287,7 @@ def main():
         p['host'], gpu=p['gpu'], gpu_error=p['gpu_error'], host_facts=p['host_facts'],
         variant=p['variant'], variant_error=p['variant_error'],
         tensor_parallel_size=p['tensor_parallel_size'], podman_min_version=p['podman_min_version'],
+        podman_api_key_min_version=p['podman_api_key_min_version'],
         podman_bad_versions=p['podman_bad_versions'], cdi_dirs=p['cdi_dirs'],
         disk_margin_pct=p['disk_margin_pct'], image_free_bytes=p['image_free_bytes'],
         tmp_free_bytes=p['tmp_free_bytes'], shm_min_mib=p['shm_min_mib'],

@@ -599,6 +599,17 @@ def test_podman_44_passes():
     assert run(facts=host_facts(podman={'found': True, 'version': '4.4.0'}))['ok']
 
 
+@pytest.mark.parametrize('version,ok', [('4.4.0', False), ('4.6.2', False), ('4.7.0', True), ('5.4.2', True)])
+def test_an_api_key_needs_podman_47(version, ok):
+    """Older podman re-creates the API key's secret on every run: a change, so a restart on every rollout."""
+    report = run(facts=host_facts(podman={'found': True, 'version': version}), podman_api_key_min_version='4.7')
+    assert report['ok'] is ok
+    if not ok:
+        assert failed(report)['podman.api_key'].startswith('podman %s re-creates the API key' % version)
+    # without an API key, 4.4 is enough
+    assert run(facts=host_facts(podman={'found': True, 'version': version}))['ok']
+
+
 # --------------------------------------------------------------------------
 # disk and variant
 # --------------------------------------------------------------------------
