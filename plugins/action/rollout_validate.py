@@ -61,9 +61,11 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         play_hosts = task_vars.get('ansible_play_hosts_all') or []
+        groups = task_vars.get('groups') or {}
         run_problems, targets = checks.check_run(
             args['pattern'], args['matched'], play_hosts, task_vars.get('ansible_limit'),
-            task_vars.get('ansible_run_tags'), task_vars.get('ansible_skip_tags'))
+            task_vars.get('ansible_run_tags'), task_vars.get('ansible_skip_tags'),
+            play_pattern=self._play_pattern(), hosts=groups.get('all', []), groups=list(groups))
         hostvars = task_vars.get('hostvars', {})
         shipped = _shipped_table()
         golden = _shipped_golden_set()
@@ -104,6 +106,14 @@ class ActionModule(ActionBase):
             result['msg'] = 'Settings checked for %d host(s)' % len(targets)
         result['analysis_plan'] = plan or ''
         return result
+
+    def _play_pattern(self):
+        """rollout_hosts as the plays' host patterns see it: from extra vars only (None: unknown here)."""
+        try:
+            extra = self._task.get_variable_manager().extra_vars
+        except AttributeError:
+            return None
+        return extra.get('rollout_hosts', 'inkling_fleet') if extra is not None else None
 
     @staticmethod
     def _golden_set(hv, shipped):

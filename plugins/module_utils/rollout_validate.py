@@ -128,9 +128,50 @@ def check_settings(settings):
     return problems
 
 
-def check_run(pattern, matched, play_hosts, limit, run_tags, skip_tags):
-    """Problems with the run as a whole: the host pattern, --limit, --tags."""
+def _pattern_terms(pattern):
+    """The names of a host pattern that must each match a host or a group: Ansible splits on ',' (or ':' without
+    one); wildcards, regexes (~) and subscripts match by design and are left alone; '!' and '&' are stripped."""
+    text = str(pattern or '')
+    terms = text.split(',') if ',' in text else text.split(':')
+    names = []
+    for term in (t.strip() for t in terms):
+        term = term.lstrip('!&')
+        if not term or term.startswith('~') or any(c in term for c in '*?[]'):
+            continue
+        names.append(term)
+    return names
+
+
+def pattern_problems(pattern, play_pattern, hosts, groups):
+    """Problems that Ansible only warns about: a name in rollout_hosts that matches no host or group (the run would
+    silently cover fewer hosts), and a rollout_hosts the plays cannot see (set in the inventory, where the plays'
+    host patterns do not look: they see extra vars only)."""
     problems = []
+    if play_pattern is not None and str(pattern) != str(play_pattern):
+        problems.append('rollout_hosts is %r in the inventory (group_vars or host_vars), but the plays choose their '
+                        'hosts before the inventory is read and would run on %r. Pass it on the command line: '
+                        '-e rollout_hosts=%s' % (pattern, play_pattern, pattern))
+        return problems
+    known = set(hosts or []) | set(groups or [])
+    unknown = [n for n in _pattern_terms(pattern) if n not in known]
+    if unknown:
+        problems.append('rollout_hosts %r names %s, which match%s no host or group of the inventory: Ansible would '
+                        'drop %s with a warning and roll out the rest. Check the spelling against '
+                        '`ansible-inventory --graph`' % (pattern, ', '.join(repr(n) for n in unknown),
+                                                          'es' if len(unknown) == 1 else '',
+                                                          'it' if len(unknown) == 1 else 'them'))
+    return problems
+
+
+def check_run(pattern, matched, play_hosts, limit, run_tags, skip_tags, play_pattern=None, hosts=None, groups=None):
+    """Problems with the run as a whole: the host pattern (every name in it matches, the plays see it), --limit,
+    --tags. ``play_pattern`` is the pattern the plays use (extra vars only); ``hosts`` and ``groups`` are the
+    inventory's names (None: not checked)."""
+    problems = []
+    if hosts is not None and matched:  # a pattern that matches nothing gets the message below
+        problems.extend(pattern_problems(pattern, play_pattern, hosts, groups))
+        if problems:
+            return problems, [h for h in matched if h in set(play_hosts)]
     targets = [h for h in matched if h in set(play_hosts)]
     if not matched:
         problems.append('rollout_hosts %r matches no host of the inventory; expected a group or pattern of your '

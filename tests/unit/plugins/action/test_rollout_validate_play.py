@@ -26,12 +26,12 @@ INVENTORY = '''all:
 '''
 
 
-def run(tmp_path, *args, host3='', extra=''):
+def run(tmp_path, *args, host3='', extra='', playbook=PLAYBOOK):
     inv = tmp_path / 'inventory.yml'
     inv.write_text(INVENTORY.format(python=sys.executable, host3=host3, extra=extra))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                XDG_STATE_HOME=str(tmp_path / 'state'))
-    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(inv), PLAYBOOK] + list(args)
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(inv), playbook] + list(args)
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc, ' '.join(proc.stdout.split())
 
@@ -73,3 +73,32 @@ def test_tags_are_refused(tmp_path, tags):
     proc, out = run(tmp_path, *tags)
     assert_refused_before_any_host(proc, out)
     assert 'are not supported by the rollout' in out
+
+
+def test_a_misspelled_host_in_a_list_is_refused(tmp_path):
+    """Ansible drops a name that matches nothing with a warning only: the run would cover one host and
+    report completed."""
+    proc, out = run(tmp_path, '-e', 'rollout_hosts=gpu-01,gpu-2')
+    assert_refused_before_any_host(proc, out)
+    assert "rollout_hosts 'gpu-01,gpu-2' names 'gpu-2', which matches no host or group of the inventory" in out
+
+
+def test_rollout_hosts_from_the_inventory_is_refused_with_the_remedy(tmp_path):
+    """The plays' host patterns see extra vars only: rollout_hosts in group_vars would be ignored without a word."""
+    proc, out = run(tmp_path, extra='    rollout_hosts: gpu-01')
+    assert_refused_before_any_host(proc, out)
+    assert "rollout_hosts is 'gpu-01' in the inventory (group_vars or host_vars)" in out
+    assert 'would run on \'inkling_fleet\'. Pass it on the command line: -e rollout_hosts=gpu-01' in out
+    # the same value on the command line is what the plays use: accepted (no refusal about it)
+    proc, out = run(tmp_path, '-e', 'rollout_hosts=gpu-01', '--check', extra='    rollout_hosts: gpu-01')
+    assert 'in the inventory (group_vars or host_vars)' not in out
+    assert 'matches no host or group' not in out
+
+
+def test_the_preflight_playbook_checks_the_settings_first(tmp_path):
+    """playbooks/preflight.yml used to say "skipping: no hosts matched" and exit 0 for a misspelled group."""
+    proc, out = run(tmp_path, '-e', 'rollout_hosts=gpu_h20',
+                    playbook=os.path.join(REPO, 'playbooks', 'preflight.yml'))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rollout_hosts 'gpu_h20' matches no host of the inventory" in out
+    assert 'The rollout was not started; nothing ran on any host.' in out

@@ -238,3 +238,14 @@ def test_the_plan_follows_the_settings_and_the_extra_prompts():
         assert v.analysis_plan({'rollout_analysis': off}, prompts) == (
             'Canary analysis: off (rollout_analysis: false): hosts are gated on /health, /v1/models and a '
             'completion only')
+
+
+def test_every_name_of_a_pattern_must_match_a_host_or_a_group():
+    hosts, groups = ['lab-h200-01', 'lab-h200-02'], ['all', 'inkling_fleet', 'gpu_h200']
+    assert v.pattern_problems('lab-h200-01,lab-h200-02', None, hosts, groups) == []
+    assert v.pattern_problems('gpu_h200:!lab-h200-02', None, hosts, groups) == []
+    assert v.pattern_problems('lab-h200-0*,~lab-.*,gpu_h200[0]', None, hosts, groups) == []
+    [problem] = v.pattern_problems('lab-h200-01,lab-h200-2,gpu_h20', None, hosts, groups)
+    assert "names 'lab-h200-2', 'gpu_h20', which match no host or group" in problem
+    [problem] = v.pattern_problems('gpu_h200', 'inkling_fleet', hosts, groups)
+    assert problem.endswith('-e rollout_hosts=gpu_h200')
