@@ -102,6 +102,8 @@ RULES = (
      'a share from 0 to 1 of the greedy answers that must equal the old version\'s (default 0.8)'),
     ('rollout_analysis_max_regression', 'num', lambda v: 0 < v < 1,
      'a fraction above 0 and below 1 (default 0.2: TTFT p50 +20 %, tokens/s -20 %)'),
+    ('rollout_analysis_ttft_slack_s', 'num', lambda v: 0 <= v <= 60,
+     'seconds from 0 to 60 by which TTFT p50 may always grow (default 0.05)'),
     ('rollout_analysis_load_requests', 'int', lambda v: 0 <= v <= 256,
      'a whole number of concurrent requests from 0 (no load) to 256 (default 16)'),
     ('rollout_analysis_load_max_tokens', 'int', lambda v: 1 <= v <= 4096, 'a whole number of tokens from 1 to 4096'),

@@ -86,6 +86,13 @@ options:
     description: Largest fraction by which TTFT p50 may grow, or output tokens/s drop, against O(baseline).
     type: float
     default: 0.2
+  ttft_slack_s:
+    description:
+      - Seconds by which TTFT p50 may always grow, whatever O(max_regression) says; below it a difference is
+        scheduling noise (a tiny TTFT, a loaded machine).
+    type: float
+    default: 0.05
+    version_added: "0.2.0"
   fail_on_problems:
     description: Fail when the analysis does not pass. V(false) only reports (the old version as a baseline).
     type: bool
@@ -344,6 +351,7 @@ def main():
             baseline=dict(type='dict'),
             min_agreement=dict(type='float', default=0.8),
             max_regression=dict(type='float', default=0.2),
+            ttft_slack_s=dict(type='float', default=0.05),
             fail_on_problems=dict(type='bool', default=True),
         ),
         supports_check_mode=True,
@@ -366,7 +374,8 @@ def main():
     perf = None
     if p['load_requests'] > 0:
         perf = run_load(client, p['served_model_name'], p['load_requests'], p['load_max_tokens'])
-    out = analysis.verdict(results, perf, p['baseline'], p['min_agreement'], p['max_regression'])
+    out = analysis.verdict(results, perf, p['baseline'], p['min_agreement'], p['max_regression'],
+                           p['ttft_slack_s'])
     out['elapsed_s'] = round(time.time() - start, 2)
     out.setdefault('perf_old', None)
     if out['passed'] or not p['fail_on_problems']:
