@@ -150,7 +150,7 @@ class ActionModule(ActionBase):
         data = dict(args['data'])
         if args['phase'] == 'restarting':
             data.setdefault('t_stop', time.time())
-        if args['phase'] in ('serving_new', 'rolled_back'):
+        if args['phase'] in ('serving_new', 'rolled_back', 'rollback_undrain_failed'):
             data.setdefault('t_ready', time.time())
         rec = engine.record(journal, host, args['phase'], _now(), data)
         _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')

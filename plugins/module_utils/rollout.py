@@ -24,7 +24,8 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
     draining -> drain_failed | restarting | replica_held   (restarting: the old server is stopped)
     restarting -> serving_new | rolling_back
     serving_new -> done | undrain_failed
-    rolling_back -> rolled_back | rollback_failed | removed
+    rolling_back -> rolled_back | rollback_undrain_failed | rollback_failed | removed
+                    (rollback_undrain_failed: serving its previous version, out of the load balancer)
 
 Terminal phases are the keys of ``TERMINAL``. Failed phases count against the failure budget.
 """
@@ -46,7 +47,7 @@ TRANSITIONS = {
     'draining': ('drain_failed', 'restarting', 'replica_held'),
     'restarting': ('serving_new', 'rolling_back'),
     'serving_new': ('done', 'undrain_failed'),
-    'rolling_back': ('rolled_back', 'rollback_failed', 'removed'),
+    'rolling_back': ('rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed'),
 }
 
 # Terminal phase -> (failed?, what the host serves afterwards, in words).
@@ -66,6 +67,7 @@ TERMINAL = {
     'done': (False, 'restarted: serving the new version'),
     'undrain_failed': (True, 'serving the new version, but NOT undrained'),
     'rolled_back': (True, 'rolled back: serving its previous version'),
+    'rollback_undrain_failed': (True, 'rolled back: serving its previous version, but NOT undrained'),
     'rollback_failed': (True, 'rollback failed: NOT serving'),
     'interrupted': (True, 'interrupted mid-way by an earlier run and not part of this one: check the host'),
     'removed': (True, 'first deployment taken back: the new unit was removed, not serving'),
@@ -78,6 +80,9 @@ REMEDIES = {
     'undrain_failed': ('the host passed its gates and serves the new version; put it back into the load '
                        'balancer by hand (or fix the undrain hook and run the undrain command), it was not '
                        'rolled back'),
+    'rollback_undrain_failed': ('the host was rolled back and serves its previous version, but the undrain hook '
+                                'failed: put it back into the load balancer by hand (or fix the undrain hook and '
+                                'run the undrain command)'),
     'drain_failed': 'fix the drain hook (rollout_drain_command / rollout_drain_url) and run the rollout again',
     'rollback_failed': ('the host serves nothing: read `journalctl -u inkling-vllm` on it, fix the cause and run '
                         'the rollout again'),
@@ -296,8 +301,8 @@ def record(journal, host, phase, now, data=None):
     if phase == 'restarting':
         rec.setdefault('restarts', []).append({'run': run, 'kind': 'restart', 't_stop': data.get('t_stop', None),
                                                't_ready': None, 'unavailable_s': None})
-    elif phase in ('serving_new', 'rolled_back'):
-        _close_restart(rec, data.get('t_ready'), rolled_back=(phase == 'rolled_back'))
+    elif phase in ('serving_new', 'rolled_back', 'rollback_undrain_failed'):
+        _close_restart(rec, data.get('t_ready'), rolled_back=(phase != 'serving_new'))
     elif phase in ('rollback_failed', 'removed'):
         _close_restart(rec, None, rolled_back=False, failed=True)
     if message:

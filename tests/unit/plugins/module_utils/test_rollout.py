@@ -56,10 +56,11 @@ EXPECTED = {
     'draining': {'drain_failed', 'restarting', 'replica_held'},
     'restarting': {'serving_new', 'rolling_back'},
     'serving_new': {'done', 'undrain_failed'},
-    'rolling_back': {'rolled_back', 'rollback_failed', 'removed'},
+    'rolling_back': {'rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed'},
 }
 EXPECTED_FAILED = {'excluded', 'stage_failed', 'unit_refused', 'recheck_failed', 'trial_failed', 'drain_failed',
-                   'undrain_failed', 'rolled_back', 'rollback_failed', 'removed', 'interrupted', 'replica_held'}
+                   'undrain_failed', 'rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed',
+                   'interrupted', 'replica_held'}
 
 ALL_PHASES = sorted(set(r.TERMINAL) | set(itertools.chain(*EXPECTED.values())) | set(p for p in EXPECTED if p))
 
@@ -550,3 +551,19 @@ def test_failures_over_the_budget_with_no_batch_left_still_halt_with_a_reason():
     assert journal['status'] == 'halted'
     assert journal['halt_reason'] == '2 host(s) failed (a, b), over the fleet-wide budget of 0'
     assert 'over the fleet-wide budget of 0' in r.render_markdown(journal)
+
+
+def test_a_rolled_back_host_whose_undrain_failed_is_reported_as_such():
+    """Out of the load balancer after its rollback: the report must not say merely 'rolled back'."""
+    journal, _a, _n = opened(ok=('a',), max_failed=5)
+    for phase in ('staged', 'draining', 'restarting', 'rolling_back'):
+        r.record(journal, 'a', phase, NOW, {'t_stop': 1.0} if phase == 'restarting' else None)
+    r.record(journal, 'a', 'rollback_undrain_failed', NOW, {'t_ready': 5.0,
+                                                            'message': 'rolled back, but the undrain hook failed: 503'})
+    r.close_run(journal, NOW)
+    assert journal['failed_hosts'] == ['a']
+    text = r.render_markdown(journal)
+    assert 'rolled back: serving its previous version, but NOT undrained' in text
+    assert 'put it back into the load balancer by hand' in journal['hosts']['a']['remedy']
+    restart = journal['hosts']['a']['restarts'][-1]
+    assert restart['rolled_back'] and restart['unavailable_s'] == 4.0
