@@ -12,6 +12,7 @@ import os
 
 import yaml
 
+from ansible import context
 from ansible.plugins.action import ActionBase
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_validate as checks
 from ansible_collections.inkling.fleet.plugins.module_utils import variant as variants
@@ -70,7 +71,7 @@ class ActionModule(ActionBase):
         shipped = _shipped_table()
         golden = _shipped_golden_set()
         per_host = {}
-        plan = None
+        plan = serial = None
         for host in targets:
             hv = hostvars[host]
             problems = []
@@ -93,6 +94,7 @@ class ActionModule(ActionBase):
             problems.extend(prompt_problems)
             if plan is None and not prompt_problems:
                 plan = checks.analysis_plan(settings, prompts)
+                serial = settings.get('rollout_serial')
             per_host[host] = problems
         lines = run_problems + checks.collect(per_host)
         result['changed'] = False
@@ -104,6 +106,9 @@ class ActionModule(ActionBase):
                              % (len(lines), '\n- '.join(lines)))
         else:
             result['msg'] = 'Settings checked for %d host(s)' % len(targets)
+            warning = checks.forks_warning(context.CLIARGS.get('forks'), targets, serial)
+            if warning:
+                result['warnings'] = [warning]
         result['analysis_plan'] = plan or ''
         return result
 

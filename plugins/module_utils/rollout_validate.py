@@ -247,3 +247,18 @@ def analysis_plan(settings, prompts):
                                                'each variant\'s canary, old then new' if where == 'canary' else 'every host'))
                if load else 'no load', settings.get('rollout_analysis_min_agreement', 0.8),
                settings.get('rollout_analysis_max_regression', 0.2)))
+
+
+def forks_warning(forks, targets, serial):
+    """A warning when ``forks`` is below the largest restart batch (None: enough, or unknown). A batch's hosts then
+    drain, restart and gate in turns of ``forks``, and the batch takes that many times longer."""
+    from ansible_collections.inkling.fleet.plugins.module_utils import replica
+    if not forks or not targets or serial_problem(serial if serial is not None else [1, '25%']):
+        return None
+    _order, sizes = replica.batches(list(targets), {}, serial if serial is not None else [1, '25%'])
+    biggest = max(sizes or [0])
+    if int(forks) >= biggest:
+        return None
+    return ('forks is %d, below the largest restart batch (%d hosts): its hosts would drain, restart and gate in '
+            'turns of %d. Set forks to at least %d (-f %d, or forks in the [defaults] of your ansible.cfg: the '
+            'collection ships none, and Ansible\'s default is 5)' % (int(forks), biggest, int(forks), biggest, biggest))

@@ -102,3 +102,12 @@ def test_the_preflight_playbook_checks_the_settings_first(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "rollout_hosts 'gpu_h20' matches no host of the inventory" in out
     assert 'The rollout was not started; nothing ran on any host.' in out
+
+
+def test_forks_below_the_largest_batch_is_warned(tmp_path):
+    """The collection ships no ansible.cfg: a user gets Ansible's 5 forks while a batch may hold more hosts."""
+    # 3 hosts: a canary, then the 2 others
+    proc, _out = run(tmp_path, '-f', '1', '-e', '{"rollout_serial": [1, "100%"]}', '--check')
+    said = ' '.join((proc.stdout + proc.stderr).split())
+    assert 'forks is 1, below the largest restart batch (2 hosts)' in said, said
+    # (enough forks: no warning; tests/unit/plugins/module_utils/test_rollout_validate.py)

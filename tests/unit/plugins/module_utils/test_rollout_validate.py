@@ -249,3 +249,11 @@ def test_every_name_of_a_pattern_must_match_a_host_or_a_group():
     assert "names 'lab-h200-2', 'gpu_h20', which match no host or group" in problem
     [problem] = v.pattern_problems('gpu_h200', 'inkling_fleet', hosts, groups)
     assert problem.endswith('-e rollout_hosts=gpu_h200')
+
+
+def test_forks_warning():
+    hosts = ['h%02d' % i for i in range(16)]
+    assert v.forks_warning(16, hosts, [1, '25%']) is None
+    assert 'forks is 2, below the largest restart batch (4 hosts)' in v.forks_warning(2, hosts, [1, '25%'])
+    assert v.forks_warning(5, hosts, None) is None          # the default serial: batches of 4
+    assert v.forks_warning(5, hosts, 0) is None              # refused elsewhere
