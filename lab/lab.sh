@@ -3,7 +3,8 @@
 #
 #   lab/lab.sh up [--services-only]   network, CA, registry (+ stand-in images pushed),
 #                                     hub test double, then (unless --services-only) the
-#                                     four fleet hosts, prepared by lab/playbooks/prepare-hosts.yml
+#                                     four fleet hosts, reachable over SSH as inkling-ops with
+#                                     sudo (lab/scripts/ssh.sh), prepared by lab/playbooks/prepare-hosts.yml
 #   lab/lab.sh prepare                re-apply lab/playbooks/prepare-hosts.yml to the running hosts
 #   lab/lab.sh down [--purge]         remove every lab container and the network; --purge also
 #                                     removes lab/.state (registry content, CA), the generated
@@ -103,6 +104,7 @@ cmd_up() {
   write_generated
   if [ "$services_only" = 0 ]; then
     t=$(now_s); "$lab_dir/scripts/hosts.sh"; log "hosts booted ($(elapsed "$t") s)"
+    t=$(now_s); "$lab_dir/scripts/ssh.sh" "$LAB_STATE/ssh" "${LAB_HOSTS[@]}"; log "SSH ready ($(elapsed "$t") s)"
     t=$(now_s); prepare; log "hosts prepared ($(elapsed "$t") s)"
   fi
   log "up in $(elapsed "$t0") s"

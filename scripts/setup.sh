@@ -20,6 +20,7 @@ apt_pkgs=(
   openssl                                                               # the lab's CA and registry certificate
   iproute2                                                              # tc shaping in benchmarks
   rsync                                                                 # hf_cache peer copy (unit tests run a real daemon)
+  openssh-client                                                        # the controller reaches lab hosts over SSH
   shellcheck                                                            # ansible-test sanity's shellcheck test
   jq curl git make tar gzip                                             # scripts, sanity's git checkout
   python3 python3-venv python3-dev gcc                                  # the virtualenv (a few wheels build)
@@ -47,6 +48,8 @@ check_cmd runc runc "the OCI runtime the lab uses (crun refuses this machine's h
 check_cmd debootstrap debootstrap "the lab's host image builder"
 check_cmd openssl openssl "the lab's CA"
 check_cmd rsync rsync "the hf_cache peer copy"
+check_cmd ssh openssh-client "the SSH client the controller reaches the lab hosts with"
+check_cmd ssh-keygen openssh-client "the lab's controller key (lab/scripts/ssh.sh)"
 check_cmd shellcheck shellcheck "ansible-test sanity's shellcheck test"
 [ -x /usr/lib/podman/netavark ] || die "podman's network backend: /usr/lib/podman/netavark not found; install the Debian package 'netavark'"
 [ -x /usr/lib/podman/aardvark-dns ] || die "DNS for podman networks (lab hosts resolve each other by name): /usr/lib/podman/aardvark-dns not found; install the Debian package 'aardvark-dns'"

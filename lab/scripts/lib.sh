@@ -17,6 +17,9 @@ LAB_HUB=lab-hub
 LAB_HUB_PORT=8090
 # The fleet hosts; inventory/lab/hosts.yml lists the same names (a unit test checks it).
 LAB_HOSTS=(lab-h200-01 lab-h200-02 lab-b200-01 lab-b200-02)
+# The unprivileged account the controller logs in as over SSH (passwordless sudo, as on a
+# real fleet); its key, known_hosts and ssh config (lab/scripts/ssh.sh) are under $LAB_STATE/ssh.
+LAB_SSH_USER=inkling-ops
 LAB_INVENTORY=$repo_dir/inventory/lab
 LAB_GENERATED=$LAB_INVENTORY/group_vars/all/generated.yml
 LAB_SETTINGS=$LAB_INVENTORY/group_vars/all/lab.yml
@@ -65,10 +68,8 @@ EOF
 }
 
 require_host_image() {
-  if ! podman image exists "$LAB_IMAGE"; then
-    log "host image $LAB_IMAGE missing: building it (lab/images/build-host-image.sh)"
-    "$lab_dir/images/build-host-image.sh"
-  fi
+  # The build script rebuilds an image older than its version label (or a missing one).
+  "$lab_dir/images/build-host-image.sh" >&2
 }
 
 # file_sha FILE...: one sha256 over the given files' contents (missing files count as empty).

@@ -57,7 +57,12 @@ def test_lab_hosts_are_the_inventory_hosts():
 
 def test_inventory_groups_and_gpu_profiles():
     fleet = load_yaml('inventory', 'lab', 'hosts.yml')['inkling_fleet']
-    assert fleet['vars']['ansible_connection'] == 'containers.podman.podman'
+    # reached as a real fleet: SSH (lab/scripts/ssh.sh's config) as an account that becomes root
+    assert fleet['vars']['ansible_connection'] == 'ssh'
+    assert '/lab/.state/ssh/config' in fleet['vars']['ansible_ssh_common_args']
+    shared = load_yaml('inventory', 'lab', 'group_vars', 'inkling_fleet.yml')
+    assert shared['ansible_become'] is True and shared['ansible_ssh_pipelining'] is True
+    assert 'ControlPersist' in shared['ansible_ssh_args']
     groups = fleet['children']
     assert set(groups) == {'gpu_h200', 'gpu_b200'}
     want = {'gpu_h200': 'h200-8', 'gpu_b200': 'b200-8'}
