@@ -47,13 +47,13 @@ options:
     default: https://huggingface.co
   token:
     description:
-      - Hub token. Never logged. Prefer O(token_file) when this module runs in the background (C(async)): a
+      - Hub token. Never logged. Prefer O(token_file) when this module runs in the background (C(async)), as a
         background task's payload is a file in the SSH user's home, with the arguments in it.
     type: str
   token_file:
     description:
       - Read the hub token from this root-only file (written by M(inkling.fleet.hf_snapshot) O(token_file)), opened
-        without following a link, and removed once read: the token is on disk only until the download starts.
+        without following a link, and removed once read (the token is on disk only until the download starts).
     type: path
     version_added: "0.2.0"
   transport:

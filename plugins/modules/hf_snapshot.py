@@ -71,7 +71,7 @@ options:
   token_file:
     description:
       - With O(token) and a plan that downloads, write the token here, root-only (directory 0700, file 0600,
-        never through a link), for M(inkling.fleet.hf_download) to read: a background task's payload is a file
+        never through a link), for M(inkling.fleet.hf_download) to read, because a background task's payload is a file
         in the SSH user's home, so it must carry no secret. Keep it outside the hub cache, which containers mount.
     type: path
     version_added: "0.2.0"
