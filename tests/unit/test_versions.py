@@ -62,3 +62,15 @@ def test_roles_require_the_ansible_core_the_collection_requires():
         with open(meta) as f:
             got = str(yaml.safe_load(f)['galaxy_info']['min_ansible_version'])
         assert got == floor, '%s: min_ansible_version %s, meta/runtime.yml requires %s' % (meta, got, floor)
+
+
+def test_galaxy_names_the_containers_podman_modules_the_roles_use():
+    """galaxy.yml's comment lists the dependency's modules; it must name exactly those the roles call."""
+    import re
+    used = set()
+    for path in glob.glob(os.path.join(REPO, 'roles', '*', 'tasks', '*.yml')):
+        with open(path) as f:
+            used |= set(re.findall(r'containers\.podman\.(podman_[a-z_]+)', f.read()))
+    with open(os.path.join(REPO, 'galaxy.yml')) as f:
+        comment = re.search(r'# The roles use containers\.podman \(([^)]*)\)', f.read()).group(1)
+    assert set(n.strip() for n in comment.replace('\n#', ' ').split(',')) == used
