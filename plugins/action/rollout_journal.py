@@ -176,6 +176,7 @@ class ActionModule(ActionBase):
         _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
         report = self._write_reports(journal, directory)
         return {'status': journal['status'], 'id': journal['id'], 'report': report,
+                'report_json': report[:-len('.md')] + '.json',
                 'summary': engine.summary_lines(journal), 'failed_hosts': journal.get('failed_hosts', []),
                 'rollout_failed': journal['status'] != 'completed', 'halt_reason': journal.get('halt_reason', ''),
                 'abort_reason': journal.get('abort_reason', '')}

@@ -163,6 +163,11 @@ report:
   description: Path of the Markdown report (close).
   returned: when action is close
   type: str
+report_json:
+  description: Path of the JSON report (close).
+  returned: when action is close
+  type: str
+  version_added: "0.2.0"
 rollout_failed:
   description: The status is anything but C(completed) (close).
   returned: when action is close

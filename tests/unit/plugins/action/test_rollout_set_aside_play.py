@@ -13,7 +13,8 @@ from test_rollout_validate_play import run
 def test_every_host_set_aside_still_gets_a_report_with_preflight_s_reason(tmp_path):
     report_dir = tmp_path / 'reports'
     proc, out = run(tmp_path, '-e', 'preflight_fail_host=false', '-e', 'rollout_max_failed_hosts=5',
-                    '-e', 'rollout_min_healthy_hosts=0', '-e', 'rollout_report_dir=%s' % report_dir)
+                    '-e', 'rollout_min_healthy_hosts=0', '-e', 'rollout_report_dir=%s' % report_dir,
+                    env_extra={'ANSIBLE_SHOW_CUSTOM_STATS': '1'})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     # the stage and restart entry points do not ask a set-aside host for its contract
     assert 'Validation of arguments failed' not in out
@@ -29,3 +30,6 @@ def test_every_host_set_aside_still_gets_a_report_with_preflight_s_reason(tmp_pa
     for name in hosts:
         assert '| %s | set aside by preflight, not touched |' % name in report
     assert os.path.exists(report_dir / ('rollout-%s.json' % journal['id']))
+    # the job's artefacts (set_stats), as AWX keeps them
+    assert 'CUSTOM STATS' in proc.stdout and 'inkling_rollout' in proc.stdout
+    assert str(report_dir / ('rollout-%s.json' % journal['id'])) in out

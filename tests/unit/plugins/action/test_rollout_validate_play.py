@@ -26,11 +26,11 @@ INVENTORY = '''all:
 '''
 
 
-def run(tmp_path, *args, host3='', extra='', playbook=PLAYBOOK):
+def run(tmp_path, *args, host3='', extra='', playbook=PLAYBOOK, env_extra=None):
     inv = tmp_path / 'inventory.yml'
     inv.write_text(INVENTORY.format(python=sys.executable, host3=host3, extra=extra))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               XDG_STATE_HOME=str(tmp_path / 'state'))
+               XDG_STATE_HOME=str(tmp_path / 'state'), **(env_extra or {}))
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(inv), playbook] + list(args)
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc, ' '.join(proc.stdout.split())
