@@ -70,11 +70,11 @@ lab_was_up=false
 [ "$(podman container inspect --format '{{.State.Running}}' lab-registry 2>/dev/null)" = true ] && lab_was_up=true
 step lab-services bash lab/lab.sh up --services-only
 step lab-tests pytest -q -rs tests/lab
-# Molecule in two lanes: `default` (the longest, the lab end to end) beside the other
-# scenarios one after the other (each lane about 47 minutes of a 2-core machine).
-# Most of a scenario's time is waiting on containers and servers starting, so two lanes share
-# the 2 cores of a CI machine well. MOLECULE_LANES=1 runs them one after the other.
-main_lane=" ${MOLECULE_MAIN_LANE:-default} "
+# Molecule in two lanes: `default` (the longest, the lab end to end) and `replica`, both over
+# SSH, beside the role scenarios one after the other (each lane about 30 minutes of a 2-core
+# machine). Most of a scenario's time is waiting on containers and servers starting, so two
+# lanes share the 2 cores of a CI machine well. MOLECULE_LANES=1 runs them one after the other.
+main_lane=" ${MOLECULE_MAIN_LANE:-default replica} "
 lane_scenarios=() main_scenarios=()
 for s in $scenarios; do
   if [ "${MOLECULE_LANES:-2}" -ge 2 ] && [[ "$main_lane" != *" $s "* ]]; then lane_scenarios+=("$s"); else main_scenarios+=("$s"); fi
