@@ -157,11 +157,11 @@ def pattern_problems(pattern, play_pattern, hosts, groups):
     known = set(hosts or []) | set(groups or [])
     unknown = [n for n in _pattern_terms(pattern) if n not in known]
     if unknown:
+        one = len(unknown) == 1
         problems.append('rollout_hosts %r names %s, which match%s no host or group of the inventory: Ansible would '
                         'drop %s with a warning and roll out the rest. Check the spelling against '
-                        '`ansible-inventory --graph`' % (pattern, ', '.join(repr(n) for n in unknown),
-                                                          'es' if len(unknown) == 1 else '',
-                                                          'it' if len(unknown) == 1 else 'them'))
+                        '`ansible-inventory --graph`'
+                        % (pattern, ', '.join(repr(n) for n in unknown), 'es' if one else '', 'it' if one else 'them'))
     return problems
 
 

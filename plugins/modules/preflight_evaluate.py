@@ -257,7 +257,7 @@ def main():
             variant_error=dict(type='str'),
             tensor_parallel_size=dict(type='int', default=8),
             podman_min_version=dict(type='str', default='4.4'),
-            podman_api_key_min_version=dict(type='str'),
+            podman_api_key_min_version=dict(type='str', no_log=False),
             podman_bad_versions=dict(type='list', elements='dict', default=[]),
             cdi_dirs=dict(type='list', elements='path', default=['/etc/cdi', '/var/run/cdi']),
             disk_margin_pct=dict(type='int', default=10),
