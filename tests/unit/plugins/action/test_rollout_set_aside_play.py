@@ -19,6 +19,8 @@ def test_every_host_set_aside_still_gets_a_report_with_preflight_s_reason(tmp_pa
     # the stage and restart entry points do not ask a set-aside host for its contract
     assert 'Validation of arguments failed' not in out
     assert 'PLAY [Rollout | journal and report]' in proc.stdout
+    # the restart plan, printed in play 1 (a preview prints it too): 3 hosts, serial [1, "25%"]
+    assert 'Restart plan: 3 batch(es) of 1, 1, 1 host(s)' in out
     journal = json.loads((report_dir / 'journal.json').read_text())
     assert journal['status'] != 'running'
     hosts = journal['hosts']
