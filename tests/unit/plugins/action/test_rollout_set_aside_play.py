@@ -7,6 +7,8 @@ and writes its report, each host with preflight's own reason (issue: set-aside h
 import json
 import os
 
+import jsonschema
+
 from test_rollout_validate_play import run
 
 
@@ -32,6 +34,11 @@ def test_every_host_set_aside_still_gets_a_report_with_preflight_s_reason(tmp_pa
     for name in hosts:
         assert '| %s | set aside by preflight, not touched |' % name in report
     assert os.path.exists(report_dir / ('rollout-%s.json' % journal['id']))
+    # what the playbook wrote follows the published schema (docs/report-schema.json)
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'docs', 'report-schema.json')) as f:
+        schema = json.load(f)
+    jsonschema.validate(journal, schema)
+    jsonschema.validate(json.loads((report_dir / ('rollout-%s.json' % journal['id'])).read_text()), schema)
     # the job's artefacts (set_stats), as AWX keeps them
     assert 'CUSTOM STATS' in proc.stdout and 'inkling_rollout' in proc.stdout
     assert str(report_dir / ('rollout-%s.json' % journal['id'])) in out
