@@ -15,7 +15,7 @@ twice on a canary (old, new). The answer tokens are those the stand-in answered 
 as short as the prompts ask for); the throughput figures are arguments.
 
 Usage: .venv/bin/python bench/canary_analysis.py [--runs 3] [--requests 16] [--max-tokens 128]
-           [--real-tps 140 40] [--real-load-tps 60 20] [--real-ttft 0.3 1.0]
+           [--real-tps 140 40] [--real-load-tps 60 20] [--real-ttft 0.3 1.0] [--quick]
 """
 import argparse
 import json
@@ -104,7 +104,11 @@ def main():
                     help='per-stream output tokens/s at the load\'s concurrency, one per --real-tps (assumed)')
     ap.add_argument('--real-ttft', type=float, nargs='+', default=[0.3, 1.0],
                     help='TTFT in seconds, one per --real-tps (assumed)')
+    ap.add_argument('--quick', action='store_true',
+                    help='one run of a 4 x 16-token load (what CI runs: the same steps and checks)')
     args = ap.parse_args()
+    if args.quick:
+        args.runs, args.requests, args.max_tokens = 1, 4, 16
     with open(os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')) as fh:
         prompts = analysis.select(yaml.safe_load(fh)['rollout_analysis_golden_set'], ['text', 'image', 'audio'])
     tmp = tempfile.mkdtemp(prefix='bench-analysis.')

@@ -9,7 +9,7 @@ Needs the lab: `bash lab/lab.sh up` (this script runs it). The first deploy is s
 already serve (--no-first). The podman runs use a copy of inventory/lab whose hosts are reached through
 podman; everything else (group_vars, the playbook) is the same.
 
-  .venv/bin/python bench/connections.py [--runs 2] [--no-first] [--quick]
+  .venv/bin/python bench/connections.py [--runs 2] [--no-first] [--limit HOSTS] [--quick]
 """
 
 import argparse
@@ -68,22 +68,25 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     ap.add_argument('--runs', type=int, default=2, help='no-op re-runs per connection (default 2)')
     ap.add_argument('--no-first', action='store_true', help='skip the first deploy (the hosts already serve)')
+    ap.add_argument('--limit', default='', help='ansible-playbook --limit (default: the 4 hosts)')
     ap.add_argument('--quick', action='store_true', help='one no-op re-run per connection, no first deploy')
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.no_first = 1, True
+    extra = ['--limit', args.limit] if args.limit else []
     subprocess.run(['bash', os.path.join(REPO, 'lab', 'lab.sh'), 'up'], cwd=REPO, check=True)
     tmp = tempfile.mkdtemp(prefix='inkling-bench-connections.')
     try:
         pod = podman_inventory(tmp)
-        print('rollout on the lab\'s 4 hosts, SSH (inkling-ops + sudo, pipelining, ControlPersist) against '
-              'containers.podman.podman (root)')
-        if not args.no_first:
-            run(INVENTORY, 'first deploy or upgrade, SSH')
+        print('rollout on %s, SSH (inkling-ops + sudo, pipelining, ControlPersist) against '
+              'containers.podman.podman (root)' % (args.limit or "the lab's 4 hosts"))
+        if not args.no_first and run(INVENTORY, 'first deploy or upgrade, SSH', extra)[2] != 0:
+            print('the first deploy failed (output above)')
+            return 1
         results = {'ssh': [], 'podman': []}
         for i in range(args.runs):
             for name, inv in (('ssh', INVENTORY), ('podman', pod)):
-                wall, changed, rc = run(inv, 'no-op re-run %d, %s' % (i + 1, name))
+                wall, changed, rc = run(inv, 'no-op re-run %d, %s' % (i + 1, name), extra)
                 if rc == 0 and changed == 0:
                     results[name].append(wall)
         if results['ssh'] and results['podman']:

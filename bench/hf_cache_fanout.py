@@ -343,7 +343,13 @@ def main():
     ap.add_argument('--rate', default='50mbit', help='tc rate of every link, hub and hosts (default 50mbit)')
     ap.add_argument('--progress-interval', type=int, default=15, help='hf_cache_progress_interval_s (default 15)')
     ap.add_argument('--keep', action='store_true', help='leave the bench containers running (shaping off)')
+    ap.add_argument('--quick', action='store_true',
+                    help='2 hosts, 16 MiB in 8 files at 200mbit, one peer run, no kill (what CI runs: the same '
+                         'steps and the completeness checks, about two minutes)')
     args = ap.parse_args()
+    if args.quick:
+        args.hosts, args.size_mb, args.shards, args.runs, args.kill = 2, 16, 8, 1, 0
+        args.rate, args.progress_interval = '200mbit', 5
     if args.hosts < 2:
         ap.error('--hosts must be at least 2')
     bps = rate_bps(args.rate)

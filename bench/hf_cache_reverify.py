@@ -182,7 +182,11 @@ def main():
     ap.add_argument('--rehash', action='store_true', help='also time a full re-hash (rehash=true): as long as step 1')
     ap.add_argument('--target-s', type=float, default=5.0, help='target for the re-run verification (default 5 s)')
     ap.add_argument('--keep', action='store_true', help='keep the temporary tree')
+    ap.add_argument('--quick', action='store_true',
+                    help='2 shards of 256 MiB (what CI runs: the same steps and checks, seconds)')
     a = ap.parse_args()
+    if a.quick:
+        a.files, a.file_gib = 2, 0.25
 
     if not os.path.isdir(a.dir):
         os.makedirs(a.dir)
@@ -238,6 +242,9 @@ def main():
         print('target: re-run verification <= %.0f s: %.2f s %s; no content read (hashed_files == 0): %s; '
               'complete: %s' % (a.target_s, t_re, 'PASS' if ok_time else 'FAIL', 'PASS' if ok_read else 'FAIL',
                                 'PASS' if ok_done else 'FAIL'))
+        if a.quick:  # CI checks that the benchmark runs and reads no content; a time is not a test there
+            print('quick mode: the time is reported, not judged')
+            ok_time = True
         return 0 if ok_time and ok_read and ok_done else 1
     finally:
         if a.keep:

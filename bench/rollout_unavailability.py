@@ -122,8 +122,12 @@ def overrides_file(digest, tag, path, extra=None):
     return path
 
 
+LIMIT = []
+
+
 def playbook(inventory, book, varsfile):
-    run(['ansible-playbook', '-i', inventory, book, '-e', '@' + varsfile], env=env(),
+    extra = ['-e', 'rollout_hosts=' + ','.join(LIMIT)] if LIMIT else []
+    run(['ansible-playbook', '-i', inventory, book, '-e', '@' + varsfile] + extra, env=env(),
         stdout=subprocess.DEVNULL)
 
 
@@ -237,11 +241,24 @@ def main():
     ap.add_argument('--base-image', default='localhost/inkling-vllm-standin:lab',
                     help='local stand-in image the new one is built from')
     ap.add_argument('--serial', default='[1]', help='rollout_serial, as JSON (default [1])')
-    ap.add_argument('--no-restore', action='store_true', help='--compare seeding: leave the fleet on the new image')
+    ap.add_argument('--no-restore', action='store_true', help='leave the fleet on the new image')
+    ap.add_argument('--hosts', default='', help='comma-separated hosts to upgrade (rollout_hosts; default: all)')
+    ap.add_argument('--quick', action='store_true',
+                    help='one host, an 8 MB layer at 100mbit, no put-back at the end (what CI runs: both '
+                         'playbooks end to end, minutes)')
     args = ap.parse_args()
     SERIAL[:] = json.loads(args.serial)
 
     hosts = fleet_hosts(args.inventory)
+    if args.quick:
+        args.layer_mb, args.registry_rate, args.max_s, args.no_restore = 8, '100mbit', 900, True
+        args.hosts = args.hosts or hosts[0]
+    if args.hosts:
+        LIMIT[:] = args.hosts.split(',')
+        unknown = sorted(set(LIMIT) - set(hosts))
+        if unknown:
+            ap.error('--hosts: not in %s: %s' % (args.inventory, ', '.join(unknown)))
+        hosts = [h for h in hosts if h in LIMIT]
     gen = generated()
     old_digest = gen['lab_generated_standin_digest_lab']
     work = tempfile.mkdtemp(prefix='inkling-bench-')
@@ -265,7 +282,8 @@ def main():
     finally:
         if args.registry_rate != 'off':
             subprocess.run(['bash', 'lab/lab.sh', 'shape', 'lab-registry', 'off'], cwd=REPO, env=env(), check=False)
-        playbook(args.inventory, deploy, old_vars)
+        if not args.no_restore:
+            playbook(args.inventory, deploy, old_vars)
 
     print('upgrade to a new image (+%d MB layer, registry link %s), %d hosts, serial %s'
           % (args.layer_mb, args.registry_rate, len(hosts), json.dumps(SERIAL)))
