@@ -4,7 +4,8 @@
 # unit tests, the built collection installed and used from outside the repository (and
 # its execution environment definition), the README's set-up on a pristine Debian 12
 # root filesystem, the lab's own tests (tests/lab, against this checkout's lab services)
-# and the molecule scenarios on the lab (podman, systemd containers).
+# the benchmarks' quick modes that need no lab fleet (bench-quick) and the molecule
+# scenarios on the lab (podman, systemd containers).
 # Each step runs even when an earlier one failed; the exit status is non-zero if any
 # failed. The end shows each step's time and a line counting steps passed and failed.
 #
@@ -70,6 +71,10 @@ lab_was_up=false
 [ "$(podman container inspect --format '{{.State.Running}}' lab-registry 2>/dev/null)" = true ] && lab_was_up=true
 step lab-services bash lab/lab.sh up --services-only
 step lab-tests pytest -q -rs tests/lab
+# The benchmarks that need no lab fleet, in their quick modes (about 1.5 minutes): they must
+# run to their end. connections and unavailability (about 6.5 minutes more, and the latter shapes
+# the lab registry's link, which the lanes share) are run by hand: scripts/bench-quick.sh.
+step bench-quick bash scripts/bench-quick.sh reverify canary fanout
 # Molecule in two lanes: `default` (the longest, the lab end to end) and `replica`, both over
 # SSH, beside the role scenarios one after the other (each lane about 30 minutes of a 2-core
 # machine). Most of a scenario's time is waiting on containers and servers starting, so two
