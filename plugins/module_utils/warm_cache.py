@@ -13,10 +13,14 @@ subdirectories in ``KEY_FILE``; a set is only ever copied to a host whose key is
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
+
+from ansible_collections.inkling.fleet.plugins.module_utils import nofollow
 
 KEY_FILE = 'inkling-cache-key.json'
 # Files of the collection itself inside a cache set: never part of a manifest.
@@ -96,33 +100,38 @@ def seed_source(host, key, seeds, order):
     return None
 
 
-def sha256_file(path, bufsize=1024 * 1024):
-    h = hashlib.sha256()
-    with open(path, 'rb') as fh:
-        while True:
-            chunk = fh.read(bufsize)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def build_manifest(cache_dir, subdirs):
     """Every regular file under ``cache_dir/<subdir>`` for the given subdirectories, sorted:
     [{'path': 'vllm/x', 'size': n, 'sha256': hex}], and the links and special files left out
-    (a cache needs none; a link could point outside the set)."""
+    (a cache needs none; a link could point outside the set). The set is written by the
+    container: nothing is followed (nofollow.walk_files), a subdirectory that is a link is left
+    out as itself, and each file's size and hash come from one descriptor opened without
+    following a link."""
     files, left_out = [], []
-    for sub in sorted(subdirs):
-        top = os.path.join(cache_dir, sub)
-        for root, dirs, names in os.walk(top):
-            dirs.sort()
-            for name in sorted(names):
-                full = os.path.join(root, name)
-                rel = os.path.relpath(full, cache_dir)
-                if os.path.islink(full) or not os.path.isfile(full):
-                    left_out.append(rel)
+    with nofollow.opened_dir(cache_dir) as top:
+        for sub in sorted(subdirs):
+            try:
+                sub_fd = nofollow.open_dir(sub, dir_fd=top, shown=sub)
+            except nofollow.LinkRefused:
+                left_out.append(sub)
+                continue
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
                     continue
-                files.append({'path': rel, 'size': os.path.getsize(full), 'sha256': sha256_file(full)})
+                raise
+            try:
+                for rel, parent, name, st in nofollow.walk_files(sub_fd, sub + '/'):
+                    fd = nofollow.open_regular(name, parent) if st is not None and stat.S_ISREG(st.st_mode) else None
+                    if fd is None:
+                        left_out.append(rel)
+                        continue
+                    try:
+                        size, digest = nofollow.sha256_fd(fd)
+                    finally:
+                        os.close(fd)
+                    files.append({'path': rel, 'size': size, 'sha256': digest})
+            finally:
+                os.close(sub_fd)
     return files, left_out
 
 
@@ -144,11 +153,21 @@ def check_manifest(manifest, subdirs):
 
 
 def set_is_empty(cache_dir, subdirs):
-    """True when none of the cache subdirectories holds a file (a cold set)."""
-    for sub in subdirs:
-        for dummy_root, dummy_dirs, names in os.walk(os.path.join(cache_dir, sub)):
-            if names:
+    """True when none of the cache subdirectories holds a file (a cold set). A link counts as
+    content, and nothing is followed."""
+    with nofollow.opened_dir(cache_dir) as top:
+        for sub in subdirs:
+            if not nofollow.lexists(sub, top):
+                continue
+            try:
+                fd = nofollow.open_dir(sub, dir_fd=top, shown=sub)
+            except nofollow.LinkRefused:
                 return False
+            try:
+                if nofollow.has_files(fd):
+                    return False
+            finally:
+                os.close(fd)
     return True
 
 

@@ -28,13 +28,19 @@ description:
     O(serve_s) seconds (a unit of that name left by an earlier run is stopped first), and waits until the port
     answers.
   - O(state=seeded) first claims the set as O(state=claimed) does; then, given O(source_url), copies a source's
-    set into it when it is empty - every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory, its size
+    set into it when it is empty - every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory beside the set, its size
     and SHA-256 checked against the manifest (which came through the controller, not from the source's
     server), and only when every file is right are they all moved into place. Any failure leaves the set as it
     was, empty (a cold start), and is reported, not raised, so the restart goes on cold. A set that already holds
     files is left alone.
   - O(state=pruned) removes every set under O(cache_root) that is not in O(keep) (the running and the rollback
     target sets). With nothing in O(keep) nothing is removed.
+  - The set is mounted read-write into the container, which runs model code, so this module (run as root) never
+    follows a link inside it - every path there is reached through directory descriptors opened with
+    C(O_NOFOLLOW). A cache subdirectory that is a link fails the task with its path; links inside a
+    subdirectory are removed as themselves when a set is emptied, and left out of a listing. Seeding stages the
+    files beside the set, in the variant's directory that the container cannot reach, reads at most each file's
+    listed size, and renames the files into the set (docs/security.md).
   - Needs only the Python standard library.
 author:
   - inkling.fleet contributors (@inkling-fleet)
@@ -208,33 +214,38 @@ kept:
 import hashlib
 import json
 import os
-import shutil
 import socket
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.parse import quote
 from ansible.module_utils.urls import open_url
+from ansible_collections.inkling.fleet.plugins.module_utils import nofollow
 from ansible_collections.inkling.fleet.plugins.module_utils import warm_cache as wc
 
-STAGING = '.inkling-seeding'
+STAGING = '.inkling-seeding'  # inside the set: where code before 0.2.0 staged; removed when found
+
+
+def staging_name(cache_dir):
+    """The staging directory of a seeding: beside the set, in the variant's directory, which the
+    container cannot reach (the set itself is mounted into it read-write)."""
+    return '%s-%s' % (STAGING, os.path.basename(os.path.normpath(cache_dir)))
 
 
 def read_key(cache_dir):
     try:
-        with open(os.path.join(cache_dir, wc.KEY_FILE)) as fh:
-            return json.load(fh)
+        with nofollow.opened_dir(cache_dir) as top:
+            data = nofollow.read_small(wc.KEY_FILE, top)
+        return json.loads(data.decode('utf-8')) if data is not None else None
     except (IOError, OSError, ValueError):
         return None
 
 
 def write_key(cache_dir, key):
-    tmp = os.path.join(cache_dir, wc.KEY_FILE + '.tmp')
-    with open(tmp, 'w') as fh:
-        json.dump(dict((k, key[k]) for k in wc.KEY_FIELDS + ('id',)), fh, sort_keys=True, indent=1)
-        fh.write('\n')
-    os.chmod(tmp, 0o640)
-    os.rename(tmp, os.path.join(cache_dir, wc.KEY_FILE))
+    text = json.dumps(dict((k, key[k]) for k in wc.KEY_FIELDS + ('id',)), sort_keys=True, indent=1) + '\n'
+    with nofollow.opened_dir(cache_dir) as top:
+        nofollow.write_atomic(wc.KEY_FILE, top, text.encode('utf-8'), 0o640)
 
 
 def same_key(a, b):
@@ -242,15 +253,24 @@ def same_key(a, b):
 
 
 def empty_subdirs(cache_dir, subdirs):
-    for sub in subdirs:
-        top = os.path.join(cache_dir, sub)
-        if os.path.isdir(top):
-            for name in os.listdir(top):
-                path = os.path.join(top, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
+    """Empty each cache subdirectory. Links inside are removed, never followed; a subdirectory
+    that is a link is refused (nofollow.LinkRefused)."""
+    with nofollow.opened_dir(cache_dir) as top:
+        for sub in subdirs:
+            if not nofollow.lexists(sub, top):
+                continue
+            with nofollow.opened_dir(sub, dir_fd=top, shown=os.path.join(cache_dir, sub)) as fd:
+                nofollow.empty_dir(fd)
+
+
+def fix_dir(fd):
+    """Owner root:root and mode 0750 on an open directory; True when something was changed."""
+    st = os.fstat(fd)
+    if (st.st_mode & 0o7777) == 0o750 and st.st_uid == 0 and st.st_gid == 0:
+        return False
+    os.fchown(fd, 0, 0)
+    os.fchmod(fd, 0o750)
+    return True
 
 
 def present(module, p):
@@ -266,8 +286,8 @@ def present(module, p):
             paths.append(os.path.join(paths[-1], part))
     else:
         paths.append(p['cache_dir'])
-    paths += [os.path.join(p['cache_dir'], sub) for sub in p['subdirs']]
     created, fixed = [], []
+    # Down to the set: directories the container cannot reach (the set is what it mounts).
     for path in paths:
         if not os.path.isdir(path):
             created.append(path)
@@ -282,6 +302,28 @@ def present(module, p):
             if not module.check_mode:
                 os.chown(path, 0, 0)
                 os.chmod(path, 0o750)
+    # Inside the set, written by the container: never through a link.
+    subs = [os.path.join(p['cache_dir'], sub) for sub in p['subdirs']]
+    if module.check_mode and not os.path.isdir(p['cache_dir']):
+        created += subs
+    else:
+        with nofollow.opened_dir(p['cache_dir']) as top:
+            for sub, path in zip(p['subdirs'], subs):
+                if module.check_mode:
+                    if not nofollow.lexists(sub, top):
+                        created.append(path)
+                        continue
+                    with nofollow.opened_dir(sub, dir_fd=top, shown=path) as fd:
+                        st = os.fstat(fd)
+                    if (st.st_mode & 0o7777) != 0o750 or st.st_uid != 0 or st.st_gid != 0:
+                        fixed.append(path)
+                    continue
+                fd, new = nofollow.make_dir(sub, top, 0o750, shown=path)
+                try:
+                    if fix_dir(fd) or new:
+                        (created if new else fixed).append(path)
+                finally:
+                    os.close(fd)
     module.exit_json(changed=bool(created or fixed), created=created, fixed=fixed,
                      reason='created %d, owner or mode set on %d director(ies)' % (len(created), len(fixed)))
 
@@ -353,25 +395,50 @@ def served(module, p):
                      reason='serving %d files (%d bytes) on %s for %d s' % (len(files), total, url, p['serve_s']))
 
 
-def fetch_one(p, entry, dest):
+def fetch_one(p, entry, staging_fd):
+    """Fetch one manifest entry into the staging directory, reading at most the listed size plus
+    one byte. None when its size and SHA-256 match the manifest, else what was wrong."""
     url = p['source_url'].rstrip('/') + '/' + quote(entry['path'])
     resp = open_url(url, timeout=p['timeout_s'], validate_certs=False)
     h = hashlib.sha256()
     size = 0
-    if not os.path.isdir(os.path.dirname(dest)):
-        os.makedirs(os.path.dirname(dest), 0o750)
-    with open(dest, 'wb') as out:
-        while True:
-            chunk = resp.read(1024 * 1024)
+    parent = nofollow.make_dirs(os.path.dirname(entry['path']), staging_fd, 0o750)
+    try:
+        fd = os.open(os.path.basename(entry['path']), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640,
+                     dir_fd=parent)
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, 'wb') as out:
+        while size <= entry['size']:
+            chunk = resp.read(min(1024 * 1024, entry['size'] + 1 - size))
             if not chunk:
                 break
             h.update(chunk)
             size += len(chunk)
             out.write(chunk)
     if size != entry['size'] or h.hexdigest() != entry['sha256']:
-        return '%s: got %d bytes sha256 %s, the source listed %d bytes sha256 %s' % (
-            entry['path'], size, h.hexdigest()[:12], entry['size'], entry['sha256'][:12])
+        return '%s: got %s bytes sha256 %s, the source listed %d bytes sha256 %s' % (
+            entry['path'], size if size <= entry['size'] else 'more than %d' % entry['size'],
+            h.hexdigest()[:12], entry['size'], entry['sha256'][:12])
     return None
+
+
+def move_into_place(cache_dir, staging_fd, manifest):
+    """Rename every staged file into the set. The staging directory is out of the container's
+    reach; in the set, the directories are opened without following links and a rename replaces
+    whatever name is there (a planted link itself, never its target)."""
+    with nofollow.opened_dir(cache_dir) as top:
+        for entry in manifest:
+            rel_dir, name = os.path.split(entry['path'])
+            src = nofollow.make_dirs(rel_dir, staging_fd)
+            try:
+                dst = nofollow.make_dirs(rel_dir, top, 0o750, shown_top=cache_dir)
+                try:
+                    os.rename(name, name, src_dir_fd=src, dst_dir_fd=dst)
+                finally:
+                    os.close(dst)
+            finally:
+                os.close(src)
 
 
 def seeded(module, p):
@@ -392,25 +459,34 @@ def seeded(module, p):
     if module.check_mode:
         module.exit_json(changed=True, seeded=False, bytes=total, seconds=0.0,
                          reason='would seed %d files (%d bytes) from %s' % (len(p['manifest']), total, p['source_url']))
-    staging = os.path.join(p['cache_dir'], STAGING)
     t0 = time.time()
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        for entry in p['manifest']:
-            err = fetch_one(p, entry, os.path.join(staging, entry['path']))
-            if err:
-                raise ValueError(err)
-    except Exception as exc:  # pylint: disable=broad-except
-        shutil.rmtree(staging, ignore_errors=True)
-        module.exit_json(changed=claim_changed, seeded=False, bytes=0, seconds=round(time.time() - t0, 1),
-                         reason='not seeded (the host starts cold): %s' % exc)
-    # Every file is right: move them all into place (the set was empty, nothing is replaced).
-    for entry in p['manifest']:
-        dest = os.path.join(p['cache_dir'], entry['path'])
-        if not os.path.isdir(os.path.dirname(dest)):
-            os.makedirs(os.path.dirname(dest), 0o750)
-        os.rename(os.path.join(staging, entry['path']), dest)
-    shutil.rmtree(staging, ignore_errors=True)
+    parent_dir = os.path.dirname(os.path.normpath(p['cache_dir']))
+    staging = staging_name(p['cache_dir'])
+    with nofollow.opened_dir(parent_dir) as parent:
+        with nofollow.opened_dir(p['cache_dir']) as top:
+            nofollow.remove_tree_at(STAGING, top)
+        nofollow.remove_tree_at(staging, parent)
+        staging_fd, dummy = nofollow.make_dir(staging, parent, 0o700)
+        try:
+            try:
+                for entry in p['manifest']:
+                    err = fetch_one(p, entry, staging_fd)
+                    if err:
+                        raise ValueError(err)
+                # Every file is right: move them all into place (the set was empty, nothing is replaced).
+                move_into_place(p['cache_dir'], staging_fd, p['manifest'])
+            except Exception as exc:  # pylint: disable=broad-except
+                nofollow.remove_tree_at(staging, parent)
+                with nofollow.opened_dir(p['cache_dir']) as top:
+                    for sub in p['subdirs']:
+                        if nofollow.lexists(sub, top):
+                            with nofollow.opened_dir(sub, dir_fd=top, shown=os.path.join(p['cache_dir'], sub)) as fd:
+                                nofollow.empty_dir(fd)
+                module.exit_json(changed=claim_changed, seeded=False, bytes=0, seconds=round(time.time() - t0, 1),
+                                 reason='not seeded (the host starts cold): %s' % exc)
+        finally:
+            os.close(staging_fd)
+        nofollow.remove_tree_at(staging, parent)
     secs = round(time.time() - t0, 1)
     module.exit_json(changed=True, seeded=True, bytes=total, seconds=secs,
                      reason='seeded %d files (%d bytes) from %s in %.1f s' % (len(p['manifest']), total, p['source_url'], secs))
@@ -424,11 +500,12 @@ def pruned(module, p):
             vdir = os.path.join(root, variant)
             if os.path.isdir(vdir) and not os.path.islink(vdir):
                 present += [[variant, d] for d in sorted(os.listdir(vdir))
-                            if wc.HEX64_RE.match(d) and os.path.isdir(os.path.join(vdir, d))]
+                            if wc.HEX64_RE.match(d) and stat.S_ISDIR(os.lstat(os.path.join(vdir, d)).st_mode)]
     plan = wc.prune_plan(present, p['keep'])
     if plan and not module.check_mode:
         for variant, digest in plan:
-            shutil.rmtree(os.path.join(root, variant, digest))
+            with nofollow.opened_dir(os.path.join(root, variant)) as vfd:
+                nofollow.remove_tree_at(digest, vfd)
     kept = [e for e in present if e not in plan]
     module.exit_json(changed=bool(plan), removed=plan, kept=kept,
                      reason='removed %d set(s), kept %d' % (len(plan), len(kept)) if p['keep'] else
@@ -476,7 +553,11 @@ def main():
     if p['state'] not in ('pruned', 'present') and not os.path.isdir(p['cache_dir']):
         module.fail_json(msg='compile_cache: the cache set %s does not exist. Remedy: run the inkling.fleet.service '
                          'role first (it creates it).' % p['cache_dir'])
-    {'present': present, 'claimed': claimed, 'listed': listed, 'served': served, 'seeded': seeded, 'pruned': pruned}[p['state']](module, p)
+    try:
+        {'present': present, 'claimed': claimed, 'listed': listed, 'served': served, 'seeded': seeded,
+         'pruned': pruned}[p['state']](module, p)
+    except nofollow.LinkRefused as exc:
+        module.fail_json(msg='compile_cache: %s' % exc.strerror, path=exc.path)
 
 
 if __name__ == '__main__':

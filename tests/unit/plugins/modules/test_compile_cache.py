@@ -7,6 +7,7 @@ import functools
 import http.server
 import json
 import os
+import shutil
 import threading
 
 import pytest
@@ -244,3 +245,95 @@ def test_page_cache_warm_skips_without_room(tmp_path):
 def test_page_cache_warm_needs_the_snapshot(tmp_path):
     rc, out = warm(tmp_path, avail_kb=10 * 1024 * 1024)
     assert rc == 1 and 'no snapshot' in out['msg']
+
+
+# --- The container writes the set: root-side code never follows a link it planted (docs/security.md, S1) ---
+
+@pytest.fixture
+def victim(tmp_path):
+    """A host directory and file outside the set, which a planted link points at."""
+    d = tmp_path / 'host-etc'
+    d.mkdir()
+    (d / 'passwd').write_text('root:x:0:0::/root:/bin/bash\n')
+    os.chmod(str(d), 0o755)
+    os.chmod(str(d / 'passwd'), 0o644)
+    return d
+
+
+def test_key_written_through_a_planted_link_replaces_the_link_not_its_target(tmp_path, victim):
+    dest = make_set(tmp_path / 'dest', {})
+    os.symlink(str(victim / 'passwd'), str(dest / (wc.KEY_FILE + '.tmp')))
+    os.symlink(str(victim / 'passwd'), str(dest / wc.KEY_FILE))
+    rc, out = claim(dest, tmp_path)
+    assert rc == 0 and out['changed'], out
+    assert (victim / 'passwd').read_text() == 'root:x:0:0::/root:/bin/bash\n'
+    assert oct(os.stat(str(victim / 'passwd')).st_mode & 0o777) == '0o644'
+    assert not os.path.islink(str(dest / wc.KEY_FILE))
+    assert json.loads((dest / wc.KEY_FILE).read_text())['id'] == KEY['id']
+
+
+def test_a_subdirectory_that_is_a_link_is_refused_not_emptied(tmp_path, victim):
+    dest = make_set(tmp_path / 'dest', {})
+    claim(dest, tmp_path, key=OTHER)
+    (dest / 'triton').rmdir()
+    os.symlink(str(victim), str(dest / 'triton'))
+    rc, out = claim(dest, tmp_path)
+    assert rc == 1 and 'triton is a symbolic link where a directory is expected' in out['msg'], out
+    assert (victim / 'passwd').exists()
+
+
+def test_links_inside_a_subdirectory_are_removed_not_followed(tmp_path, victim):
+    dest = make_set(tmp_path / 'dest', {'vllm/a': b'x'})
+    claim(dest, tmp_path, key=OTHER)
+    os.symlink(str(victim), str(dest / 'vllm' / 'dir-link'))
+    os.symlink(str(victim / 'passwd'), str(dest / 'vllm' / 'file-link'))
+    rc, out = claim(dest, tmp_path)
+    assert rc == 0 and out['changed']
+    assert os.listdir(str(dest / 'vllm')) == [] and (victim / 'passwd').exists()
+
+
+def test_present_refuses_a_linked_subdirectory_and_leaves_its_target_alone(tmp_path, victim):
+    root = tmp_path / 'cache'
+    cache_dir = root / 'sm90-patched' / ('a' * 64)
+    args = {'state': 'present', 'cache_root': str(root), 'cache_dir': str(cache_dir), 'subdirs': SUBDIRS}
+    assert run_module('compile_cache', args, tmp_path=tmp_path)[0] == 0
+    (cache_dir / 'triton').rmdir()
+    os.symlink(str(victim), str(cache_dir / 'triton'))
+    for check_mode in (True, False):
+        rc, out = run_module('compile_cache', args, tmp_path=tmp_path, check_mode=check_mode)
+        assert rc == 1 and 'is a symbolic link where a directory is expected' in out['msg'], out
+    assert oct(os.stat(str(victim)).st_mode & 0o7777) == '0o755'
+
+
+def test_listing_leaves_out_a_linked_subdirectory(served, tmp_path, victim):
+    src, dummy = served
+    shutil.rmtree(str(src / 'triton'))
+    os.symlink(str(victim), str(src / 'triton'))
+    res = listed(src, tmp_path)
+    assert 'triton' in res['left_out']
+    assert [f['path'] for f in res['files']] == ['vllm/torch_compile_cache/a/rank0', 'vllm/torch_compile_cache/a/rank1']
+
+
+def test_seeding_stages_out_of_the_containers_reach(served, tmp_path, victim):
+    src, url = served
+    manifest = listed(src, tmp_path)['files']
+    dest = make_set(tmp_path / 'dest', {})
+    claim(dest, tmp_path)
+    os.symlink(str(victim), str(dest / '.inkling-seeding'))  # where staging used to be
+    rc, out = seed(dest, url, manifest, tmp_path)
+    assert rc == 0 and out['seeded'], out
+    assert sorted(os.listdir(str(victim))) == ['passwd']
+    assert not os.path.lexists(str(dest / '.inkling-seeding'))
+    assert not [n for n in os.listdir(str(tmp_path)) if n.startswith('.inkling-seeding')]
+    assert (dest / 'vllm/torch_compile_cache/a/rank1').read_bytes() == b'kernel-1' * 100
+
+
+def test_a_file_larger_than_listed_is_cut_off(served, tmp_path):
+    src, url = served
+    manifest = listed(src, tmp_path)['files']
+    (src / 'triton/abc/k.cubin').write_bytes(b'\x00' * (4 * 1024 * 1024))
+    dest = make_set(tmp_path / 'dest', {})
+    claim(dest, tmp_path)
+    rc, out = seed(dest, url, manifest, tmp_path)
+    assert rc == 0 and not out['seeded'] and 'got more than 2 bytes' in out['reason'], out
+    assert wc.set_is_empty(str(dest), SUBDIRS)
