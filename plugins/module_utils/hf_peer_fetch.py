@@ -113,11 +113,11 @@ class Sources(object):
         except subprocess.TimeoutExpired:
             return 30, '', 'no answer within %d s' % timeout
 
-    def listing(self, name, folder):
+    def listing(self, name):
         """{etag: size} of the verified blobs name's daemon serves, or None when it does not answer."""
         t = self.p['switch_after_s']
         rc, out, err = self.rsync(['rsync', '--list-only', '--contimeout=%d' % t, '--timeout=%d' % t,
-                                   self.url(name, CACHE_MODULE, folder + '/blobs/')], timeout=t + 5)
+                                   self.url(name, CACHE_MODULE, 'blobs/')], timeout=t + 5)
         if rc not in (0, 23):
             since = self.silent_since.setdefault(name, time.time())
             # a daemon never seen may still be starting (its host is slower): start_timeout_s from the start
@@ -155,7 +155,7 @@ def stop_rsync(proc):
             proc.wait()
 
 
-def receive(src, name, folder, rdir, entry, prog):
+def receive(src, name, rdir, entry, prog):
     """Copy one blob from name into blobs/ETAG.incomplete, hashing it while it arrives, and move it into
     place when its size and hash are the hub's. Returns (ok, kind, detail): kind 'missing', 'rsync', 'hash' or
     'stalled' (no byte for switch_after_s + STALL_GRACE_S: rsync stopped)."""
@@ -164,7 +164,7 @@ def receive(src, name, folder, rdir, entry, prog):
         os.unlink(part)
     t = src.p['switch_after_s']
     argv = ['rsync', '--whole-file', '--inplace', '--contimeout=%d' % t, '--timeout=%d' % t,
-            src.url(name, CACHE_MODULE, '%s/blobs/%s' % (folder, entry.etag)), part]
+            src.url(name, CACHE_MODULE, 'blobs/%s' % entry.etag), part]
     with prog.lock:
         prog.current = (entry, lambda: [part])
     hasher = hc.new_hasher(entry)
@@ -293,7 +293,7 @@ def verdict(entry, seen, digest):
     return None
 
 
-def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
+def receive_batch(src, name, rdir, entries, prog, on_verified):
     """Copy every blob of entries that name holds in ONE rsync connection (``--files-from`` the blob names: a
     blob the source lacks is skipped, rsync exits 23), into the inbox under the state directory. Each blob is
     hashed while rsync writes it (its temporary file ``.ETAG.XXXXXX``, then its final name, which rsync gives it
@@ -315,7 +315,7 @@ def receive_batch(src, name, folder, rdir, entries, prog, on_verified):
         f.write(''.join('%s\n' % etag for etag in sorted(pending)))
     t = src.p['switch_after_s']
     argv = ['rsync', '--whole-file', '--files-from=%s' % names, '--contimeout=%d' % t, '--timeout=%d' % t,
-            src.url(name, CACHE_MODULE, '%s/blobs/' % folder), inbox + '/']
+            src.url(name, CACHE_MODULE, 'blobs/'), inbox + '/']
     arriving = {}
     got, bad = 0, None
     last, stuck = time.time(), False

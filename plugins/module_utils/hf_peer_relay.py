@@ -138,6 +138,32 @@ def stream_file(send, path, size, final, stall_s, piece=PIECE):
     return sent
 
 
+def read_line(sock, limit, deadline):
+    """One request line from ``sock``: the bytes up to and including the first newline, at most
+    ``limit`` of them, read before ``deadline`` (time.time()). One deadline for the whole line, not
+    a timeout per recv, so a client that trickles bytes holds a slot for at most the handshake
+    time. What came is returned as it is (without a newline when the time, the limit or the
+    connection ran out)."""
+    buf = bytearray()
+    while len(buf) < limit:
+        left = deadline - time.time()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(65536, limit - len(buf)))
+        except socket.timeout:
+            break
+        if not chunk:
+            break
+        end = chunk.find(b'\n')
+        if end >= 0:
+            buf += chunk[:end + 1]
+            break
+        buf += chunk
+    return bytes(buf)
+
+
 class Handler(socketserver.StreamRequestHandler if socketserver else object):
     """One request: challenge, proof and wants, one blob streamed (or NONE after hold_s)."""
 
@@ -154,11 +180,11 @@ class Handler(socketserver.StreamRequestHandler if socketserver else object):
             self.server.slots.release()
 
     def serve(self, cfg):
+        started = time.time()
         self.connection.settimeout(HANDSHAKE_S)
         challenge = os.urandom(16).hex()
         self.wfile.write(('%s %s\n' % (BANNER, challenge)).encode('ascii'))
-        started = time.time()
-        raw = self.rfile.readline(MAX_REQUEST)
+        raw = read_line(self.connection, MAX_REQUEST, started + HANDSHAKE_S)
         line = raw.decode('ascii', 'replace').split()
         expected = proof(cfg['secret'], challenge).encode('ascii')
         if (time.time() - started > HANDSHAKE_S or not raw.endswith(b'\n') or len(line) < 2 or line[0] != 'WANT'

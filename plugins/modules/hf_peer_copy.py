@@ -390,7 +390,6 @@ def run(module):
         module.fail_json(msg='%s: the hub list of %s@%s is empty' % (pf.host_name(), p['repo_id'], p['revision']))
     write_pid(p['pid_file'])
     rdir = hc.repo_dir(p['cache_dir'], p['repo_id'])
-    folder = os.path.basename(rdir)
     # a marker this host still has must not make it look like a holder while it copies
     hc.clear_marker(rdir, p['revision'])
     for d in (os.path.join(rdir, 'blobs'), hc.state_dir(rdir)):
@@ -502,7 +501,7 @@ def run(module):
             # holds the next one by now, and one that is ahead (this host fell behind) hands over all it holds
             ready = list(need)
         else:
-            listing = src.listing(cur, folder)
+            listing = src.listing(cur)
             if listing is None:
                 time.sleep(p['poll_interval_s'])
                 continue
@@ -514,14 +513,14 @@ def run(module):
             result['connections'] += 1
             if len(ready) == 1:
                 # one blob: one connection, written in place as blobs/ETAG.incomplete
-                ok, kind, detail = pf.receive(src, cur, folder, rdir, ready[0], prog)
+                ok, kind, detail = pf.receive(src, cur, rdir, ready[0], prog)
                 got, bad = 0, ready[0]
                 if ok:
                     got, bad = 1, None
                     verified(ready[0], cur)
             else:
                 # several: every one the source holds in one connection, each moved in once verified
-                got, kind, detail, bad = pf.receive_batch(src, cur, folder, rdir, ready, prog,
+                got, kind, detail, bad = pf.receive_batch(src, cur, rdir, ready, prog,
                                                           lambda e, c=cur: verified(e, c))
             streak = got > 0
             if kind == 'missing':
@@ -540,7 +539,7 @@ def run(module):
         # takes over before the hosts behind it crowd onto one ancestor
         if time.time() - max(waiting, src.since) >= 3 * p['switch_after_s']:
             for other in cands[1:]:
-                lst = src.listing(other, folder)
+                lst = src.listing(other)
                 if lst and [e for e in need if lst.get(e.etag) == e.size]:
                     # to that holder, not to the next in order (which may be what starves cur)
                     src.order.remove(other)

@@ -59,6 +59,13 @@ options:
   address:
     description: The address the daemon listens on (the one O(config) names); checked to be non-empty.
     type: str
+  runtime_max_s:
+    description:
+      - Seconds after which systemd stops the unit whatever happens (C(RuntimeMaxSec)), so that the daemon and the
+        relay of a run killed while staging stop serving on their own; 0 leaves the unit unbounded. The role sets
+        its download timeout plus an hour.
+    type: int
+    default: 0
   pid_file:
     description: The copy job's pid file of M(inkling.fleet.hf_peer_reset); when given, what a killed run left is
       ended first.
@@ -185,6 +192,7 @@ def main():
             rundir=dict(type='path', required=True),
             address=dict(type='str'),
             pid_file=dict(type='path'),
+            runtime_max_s=dict(type='int', default=0),
             remove=dict(type='list', elements='path', default=[]),
             relay_port=dict(type='int', default=0),
             relay_repo_dir=dict(type='path'),
@@ -227,8 +235,10 @@ def main():
     write_private(p['config_path'], p['config'].rstrip('\n') + '\n')
     argv = [module.get_bin_path('systemd-run', required=True), '--unit=%s' % p['unit'],
             '--description=inkling.fleet hub cache peer copy (stopped when staging ends)', '--collect',
-            '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir']),
-            '/usr/bin/rsync', '--daemon', '--no-detach', '--config=%s' % p['config_path']]
+            '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir'])]
+    if p['runtime_max_s'] > 0:
+        argv.append('--property=RuntimeMaxSec=%d' % p['runtime_max_s'])
+    argv += ['/usr/bin/rsync', '--daemon', '--no-detach', '--config=%s' % p['config_path']]
     if p['relay_port']:
         argv[-4:-4] = relay_command(p, ids)
     rc, out, err = module.run_command(argv)

@@ -245,6 +245,30 @@ def test_a_proof_that_is_not_ascii_is_refused_like_a_wrong_one(served):
         assert f.readline() == b'NO auth failed\n'
 
 
+def test_a_client_that_trickles_its_request_loses_its_slot_at_the_handshake_deadline(served, monkeypatch):
+    """One deadline for the whole handshake (issue 36, finding 11): a byte every 0.25 s never trips a
+    per-recv timeout, yet the relay answers and closes once the handshake time is spent."""
+    monkeypatch.setattr(relay, 'HANDSHAKE_S', 1)
+    with socket.create_connection(('127.0.0.1', served['port']), 5) as sock:
+        f = sock.makefile('rb')
+        assert f.readline().startswith(b'INKLING-RELAY 1 ')
+        t0 = time.time()
+        answer = b''
+        sock.settimeout(0.25)
+        while time.time() - t0 < 4:
+            try:
+                sock.sendall(b'W')
+                answer = sock.recv(100)
+                if answer:
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        held = time.time() - t0
+    assert answer == b'NO auth failed\n' and held < 2, (answer, held)
+
+
 def test_a_source_whose_transfer_stalls_ends_the_stream_after_its_stall_bound(tmp_path, served):
     with open(relay.part_path(pf.inbox_dir(served['rdir']), ETAG), 'wb') as f:
         f.write(BLOB[:PIECE])

@@ -291,7 +291,7 @@ def test_abort_gives_up_without_error(tmp_path, source):
 
 
 def test_the_daemon_refuses_a_wrong_secret_and_hosts_outside_the_fleet(tmp_path, source):
-    url = 'rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/%s/blobs/' % (source['port'], hc.repo_folder_name(REPO_ID))
+    url = 'rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/blobs/' % source['port']
     ok = listing(url)
     assert ok.returncode == 0 and source['files'][0]['etag'] in ok.stdout
     bad = listing(url, password='not-the-secret')
@@ -317,12 +317,28 @@ def test_the_cache_module_never_serves_manifests_markers_or_partial_files(tmp_pa
     with open(partial, 'w') as f:
         f.write('partial')
     try:
-        base = 'rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/%s/' % (source['port'], hc.repo_folder_name(REPO_ID))
+        base = 'rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/' % source['port']
         blobs = listing(base + 'blobs/').stdout
         marker = listing(base + '.inkling/%s.complete' % source['commit'])
     finally:
         os.unlink(partial)
     assert '.incomplete' not in blobs and marker.returncode != 0
+
+
+def test_the_cache_module_serves_this_repository_only(tmp_path, source):
+    """Another repository of the same hub cache is not reachable through the daemon (issue 36, finding 8)."""
+    other = os.path.join(source['cache'], 'models--other--private', 'blobs')
+    os.makedirs(other)
+    with open(os.path.join(other, 'f' * 64), 'w') as f:
+        f.write('private weights')
+    try:
+        root = listing('rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/' % source['port'])
+        up = listing('rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/../models--other--private/blobs/' % source['port'])
+    finally:
+        shutil.rmtree(os.path.dirname(other))
+    names = [line.split()[-1] for line in root.stdout.splitlines()]
+    assert root.returncode == 0 and 'blobs' in names and 'models--other--private' not in root.stdout, root
+    assert up.returncode != 0 and 'f' * 64 not in up.stdout
 
 
 def test_a_receiver_that_gives_up_says_so_and_its_receivers_switch_at_once(tmp_path, source):

@@ -12,7 +12,7 @@ from inkling_test_helpers import run_module
 
 def fake_bin(tmp_path, active):
     bindir = tmp_path / 'bin'
-    bindir.mkdir()
+    bindir.mkdir(exist_ok=True)
     (bindir / 'systemctl').write_text('#!/bin/sh\necho %s\n' % ('active' if active else 'inactive'))
     (bindir / 'systemd-run').write_text('#!/bin/sh\nprintf "%%s\\n" "$@" > %s\n' % (tmp_path / 'argv'))
     for name in ('systemctl', 'systemd-run'):
@@ -20,10 +20,11 @@ def fake_bin(tmp_path, active):
     return {'PATH': '%s:%s' % (bindir, os.environ['PATH'])}
 
 
-def serve(tmp_path, active=False):
+def serve(tmp_path, active=False, **extra):
     args = {'unit': 'inkling-hf-rsyncd', 'config': 'port = 8873\n', 'config_path': str(tmp_path / 'rsyncd.conf'),
             'secrets_path': str(tmp_path / 'rsyncd.secrets'), 'user': 'inkling-fleet', 'secret': 'run-secret',
             'rundir': str(tmp_path / 'run')}
+    args.update(extra)
     return run_module('hf_peer_serve', args, env=fake_bin(tmp_path, active), tmp_path=tmp_path)
 
 
@@ -41,6 +42,17 @@ def test_writes_the_secret_root_only_and_starts_the_unit(tmp_path):
         tmp_path / 'rsyncd.conf', tmp_path / 'rsyncd.secrets', tmp_path / 'run') in argv
     # the secret is in no argument and not in the result
     assert not [a for a in argv if 'run-secret' in a] and 'run-secret' not in str(res)
+
+
+def test_a_killed_runs_daemon_stops_on_its_own_after_runtime_max_s(tmp_path):
+    """RuntimeMaxSec bounds the unit (issue 36, finding 8); 0 leaves it unbounded."""
+    rc, res = serve(tmp_path, runtime_max_s=176400)
+    assert rc == 0, res
+    argv = (tmp_path / 'argv').read_text().splitlines()
+    assert '--property=RuntimeMaxSec=176400' in argv
+    assert argv.index('--property=RuntimeMaxSec=176400') < argv.index('/usr/bin/rsync')
+    rc, res = serve(tmp_path)
+    assert rc == 0 and not [a for a in (tmp_path / 'argv').read_text().splitlines() if 'RuntimeMaxSec' in a]
 
 
 def test_a_running_daemon_is_left_alone(tmp_path):
