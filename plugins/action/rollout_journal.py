@@ -15,6 +15,7 @@ import datetime
 import fcntl
 import json
 import os
+import socket
 import tempfile
 import time
 
@@ -42,11 +43,46 @@ def _now():
 
 
 def _write(path, text):
+    """Write a journal or report file: a new file of mode 0600 (mkstemp), renamed over ``path`` (which
+    replaces a link there, never its target)."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.tmp-')
     with os.fdopen(fd, 'w') as f:
         f.write(text)
-    os.chmod(tmp, 0o644)
+    os.chmod(tmp, 0o600)
     os.rename(tmp, path)
+
+
+def _make_dir(path):
+    """The report directory: created 0700 (reports name hosts, images and failures); one that exists
+    keeps its mode. A link or a file there is refused."""
+    if not os.path.lexists(path):
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            os.makedirs(parent, 0o700)
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)
+    elif not os.path.isdir(path):
+        raise JournalError('%s is not a directory' % path)
+
+
+def _start_ticks(pid):
+    """The start time of process ``pid`` in clock ticks since boot (/proc/PID/stat field 22), or
+    None: with the pid, it tells a process from a later one that reuses its pid."""
+    try:
+        with open('/proc/%d/stat' % int(pid)) as f:
+            return int(f.read().rsplit(')', 1)[1].split()[19])
+    except (IOError, OSError, ValueError, IndexError, TypeError):
+        return None
+
+
+def _controller():
+    """This run's ansible-playbook (the parent of the worker process running this task)."""
+    pid = os.getppid()
+    return {'host': socket.gethostname(), 'pid': pid, 'pid_start': _start_ticks(pid)}
+
+
+def _alive(pid, pid_start):
+    return pid_start is not None and _start_ticks(pid) == pid_start
 
 
 class JournalError(Exception):
@@ -80,14 +116,25 @@ class ActionModule(ActionBase):
         check_mode = bool(self._task.check_mode)
         base = args['report_dir']
         directory = os.path.join(base, 'preview') if check_mode else base
-        if not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
         path = os.path.join(directory, 'journal.json')
         host = args['host'] or task_vars.get('inventory_hostname')
-        with open(os.path.join(directory, '.journal.lock'), 'w') as lock:
+        try:
+            _make_dir(base)
+            _make_dir(directory)
+            # O_NOFOLLOW and no truncation: a link planted as the lock file is refused, never written.
+            lock = os.open(os.path.join(directory, '.journal.lock'),
+                           os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o600)
+        except (JournalError, OSError) as e:
+            result.update(failed=True, msg='rollout journal: cannot use the report directory %s: %s. Remedy: set '
+                          'rollout_report_dir to a directory of the controller user (not a link)' % (directory, e))
+            return result
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 journal = _read(path)
+                problems = engine.check_journal(journal) if journal is not None else []
+                if problems:
+                    raise JournalError('; '.join(problems[:5]))
             except JournalError as e:
                 result.update(failed=True, msg=(
                     '%s is not a rollout journal (a JSON object): %s. It was left untouched. Remedy: move it aside '
@@ -100,6 +147,8 @@ class ActionModule(ActionBase):
             except engine.TransitionError as e:
                 result.update(failed=True, msg='rollout journal: %s' % e)
                 return result
+        finally:
+            os.close(lock)
         result.update(out)
         result['changed'] = False
         result['journal_path'] = path
@@ -130,6 +179,14 @@ class ActionModule(ActionBase):
             replica = hv.get('inkling_replica') if hasattr(hv, 'get') else None
             if replica:
                 outcomes[name]['replica'] = str(replica)
+        me = _controller()
+        other = engine.concurrent_controller(journal, me, _alive)
+        if other:
+            raise engine.TransitionError(
+                'rollout %s is still running from this controller (ansible-playbook pid %s, journal %s): two '
+                'rollouts in one report directory would mix their records. Nothing was changed. Remedy: wait for '
+                'it to end; or stop it (kill %s) and run again, which resumes it; or give this run another '
+                'rollout_report_dir' % (journal.get('id'), other.get('pid'), path, other.get('pid')))
         run_id = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')
         suffix = 1
         while os.path.exists(os.path.join(directory, 'rollout-%s.json' % run_id)) or \
@@ -137,7 +194,8 @@ class ActionModule(ActionBase):
             suffix += 1
             run_id = '%s-%d' % (run_id.split('-')[0], suffix)
         new, abandoned, notice = engine.open_run(journal, outcomes, run_id, _now(), check_mode=check_mode,
-                                                 min_healthy=args['min_healthy'], max_failed=args['max_failed'])
+                                                 min_healthy=args['min_healthy'], max_failed=args['max_failed'],
+                                                 controller=me)
         if abandoned:
             self._write_reports(abandoned, directory)
         _write(path, json.dumps(new, indent=2, sort_keys=True) + '\n')
@@ -183,6 +241,8 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _write_reports(journal, directory):
+        if not engine.RUN_ID_RE.match(str(journal.get('id'))):
+            raise engine.TransitionError('journal id %r is not a run id: no report written' % (journal.get('id'),))
         prefix = 'preview' if journal.get('check_mode') else 'rollout'
         base = os.path.join(directory, '%s-%s' % (prefix, journal['id']))
         _write(base + '.json', json.dumps(journal, indent=2, sort_keys=True) + '\n')

@@ -36,6 +36,7 @@ __metaclass__ = type
 import copy
 import hashlib
 import json
+import re
 
 JOURNAL_VERSION = 2
 
@@ -96,6 +97,72 @@ class TransitionError(ValueError):
     """A phase change the state machine does not allow (a bug in the playbook's sequence)."""
 
 
+# A run id (open_run's run_id): the UTC start, with -N when two started in the same second. Reports
+# are named after it, so a journal whose id is anything else is refused (it could name a path).
+RUN_ID_RE = re.compile(r'^[0-9]{8}T[0-9]{6}Z(-[0-9]{1,6})?$')
+PHASES = frozenset([p for p in TRANSITIONS if p] + [p for ps in TRANSITIONS.values() for p in ps] + list(TERMINAL))
+_JOURNAL_TYPES = (('runs', list), ('hosts', dict), ('notices', list), ('replicas', dict), ('canaries', dict),
+                  ('failed_hosts', list), ('controller', dict), ('status', str), ('fingerprint', str),
+                  ('halt_reason', str), ('halted', bool), ('check_mode', bool))
+_RECORD_TYPES = (('events', list), ('restarts', list), ('target', dict), ('before', dict), ('message', str),
+                 ('failures', list))
+
+
+def check_journal(data):
+    """What makes ``data``, a journal read from disk, unusable by this code: a list of problems, empty
+    when the engine can work on it. It checks what the engine and the reports rely on (the id that
+    names the reports, the types of the parts it walks, the phases), not every field the schema
+    (docs/report-schema.json) describes."""
+    problems = []
+    version = data.get('version')
+    if version is not None and (not isinstance(version, int) or version > JOURNAL_VERSION):
+        problems.append('version %r: this code reads journal version %d or older' % (version, JOURNAL_VERSION))
+    if not isinstance(data.get('id'), str) or not RUN_ID_RE.match(data['id']):
+        problems.append('id %r is not a run id (YYYYMMDDTHHMMSSZ)' % (data.get('id'),))
+    for key, kind in _JOURNAL_TYPES:
+        if key in data and data[key] is not None and not isinstance(data[key], kind):
+            problems.append('%s is a %s, not a%s %s' % (key, type(data[key]).__name__,
+                                                        'n' if kind is dict else '', _TYPE_WORDS[kind]))
+    if not isinstance(data.get('hosts'), dict):
+        return problems + ([] if 'hosts' in data else ['hosts is missing'])
+    for host, rec in sorted(data['hosts'].items()):
+        if not isinstance(rec, dict):
+            problems.append('hosts.%s is not an object' % host)
+            continue
+        if rec.get('phase') is not None and rec['phase'] not in PHASES:
+            problems.append('hosts.%s.phase %r is not a phase of the rollout' % (host, rec['phase']))
+        for key, kind in _RECORD_TYPES:
+            if key in rec and not isinstance(rec[key], kind):
+                problems.append('hosts.%s.%s is not a%s %s' % (host, key, 'n' if kind is dict else '',
+                                                              _TYPE_WORDS[kind]))
+        for key in ('events', 'restarts'):
+            if isinstance(rec.get(key), list) and not all(isinstance(e, dict) for e in rec[key]):
+                problems.append('hosts.%s.%s holds an entry that is not an object' % (host, key))
+    for run in data.get('runs') or []:
+        if not isinstance(run, dict):
+            problems.append('runs holds an entry that is not an object')
+            break
+    return problems
+
+
+_TYPE_WORDS = {list: 'list', dict: 'object', str: 'string', bool: 'boolean'}
+
+
+def concurrent_controller(previous, me, is_alive):
+    """The controller of a rollout that still runs in ``previous`` (its ``controller``: host, pid and
+    pid_start of its ansible-playbook), when it is not ``me`` and ``is_alive(pid, pid_start)`` says it
+    runs; else None. Only a controller on this host can be checked: one recorded by another host,
+    or by code that recorded none, is taken as gone (resumed or abandoned as before)."""
+    if not previous or previous.get('status') != 'running':
+        return None
+    owner = previous.get('controller')
+    if not isinstance(owner, dict) or owner.get('host') != me.get('host'):
+        return None
+    if owner.get('pid') == me.get('pid') and owner.get('pid_start') == me.get('pid_start'):
+        return None
+    return owner if is_alive(owner.get('pid'), owner.get('pid_start')) else None
+
+
 def fingerprint(contracts):
     """What the run deploys, independent of host names and order: a sha256 over the distinct
     targets (variant, image and digest, revision, arguments) of the hosts' contracts."""
@@ -120,12 +187,14 @@ def new_journal(run_id, now, check_mode, fp):
             'halt_reason': '', 'notices': []}
 
 
-def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, max_failed=0):
+def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, max_failed=0, controller=None):
     """Start or resume a run once preflight has been run on every host.
 
     ``previous``: the journal found on disk (or None). ``outcomes``: host -> {'contract': {...}}
     for a host that passed preflight, or {'failed': 'message'} for one that did not (an empty
-    dict: the host never reported, e.g. unreachable). Returns (journal, abandoned, notice):
+    dict: the host never reported, e.g. unreachable). ``controller``: who runs this run (host, pid and
+    pid_start of its ansible-playbook, see concurrent_controller), kept in the journal. Returns
+    (journal, abandoned, notice):
     ``abandoned`` is the previous journal closed as abandoned (to be archived) or None.
     """
     replica_map = replicas_of(outcomes)
@@ -169,6 +238,8 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
         if abandoned:
             journal['notices'].append(notice)
     journal['updated'] = now
+    if controller:
+        journal['controller'] = dict(controller)
     for host in sorted(outcomes):
         outcome = outcomes[host]
         rec = journal['hosts'].setdefault(host, {'events': [], 'restarts': []})

@@ -7,6 +7,8 @@ refused and left untouched; check mode writing only under preview/."""
 
 import json
 import os
+import socket
+import stat
 import subprocess
 import sys
 
@@ -90,9 +92,10 @@ PLAY = '''- name: A rollout in miniature
 
 
 def run(tmp_path, hosts=('h1', 'h2', 'h3'), failed=(), budget=0, walk='true', check=False, journal=None,
-        phases=('staged', 'draining', 'restarting', 'serving_new', 'done')):
-    reports = tmp_path / 'reports'
-    reports.mkdir(exist_ok=True)
+        phases=('staged', 'draining', 'restarting', 'serving_new', 'done'), reports=None, popen=False):
+    if reports is None:
+        reports = tmp_path / 'reports'
+        reports.mkdir(exist_ok=True)
     if journal is not None:
         (reports / 'journal.json').write_text(journal)
     inv = tmp_path / 'inventory.yml'
@@ -104,6 +107,9 @@ def run(tmp_path, hosts=('h1', 'h2', 'h3'), failed=(), budget=0, walk='true', ch
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(inv), str(play)]
     if check:
         argv.append('--check')
+    if popen:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True), reports
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc, reports
 
@@ -165,3 +171,83 @@ def test_check_mode_writes_only_a_preview(tmp_path):
     report = (reports / 'preview' / ('preview-%s.md' % preview['id'])).read_text()
     assert '**Preview (check mode): nothing was changed.**' in report
     assert not list(reports.glob('rollout-*'))
+
+
+# --- Hardening (issue 36, finding 12; docs/security.md) ---
+
+def mode(path):
+    return stat.S_IMODE(os.lstat(str(path)).st_mode)
+
+
+def test_reports_and_journal_are_private_and_name_their_controller(tmp_path):
+    proc, reports = run(tmp_path, hosts=['h1'], reports=tmp_path / 'new' / 'reports', popen=True)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert mode(reports) == 0o700
+    journal = json.loads((reports / 'journal.json').read_text())
+    files = [reports / 'journal.json', reports / ('rollout-%s.json' % journal['id']),
+             reports / ('rollout-%s.md' % journal['id']), reports / '.journal.lock']
+    assert [mode(f) for f in files] == [0o600] * 4
+    # the controller is this run's ansible-playbook
+    assert journal['controller']['host'] == socket.gethostname() and journal['controller']['pid'] == proc.pid
+
+
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_kept(tmp_path):
+    victim = tmp_path / 'victim'
+    victim.write_text('precious\n')
+    reports = tmp_path / 'reports'
+    reports.mkdir()
+    os.symlink(str(victim), str(reports / '.journal.lock'))
+    proc, dummy = run(tmp_path, hosts=['h1'])
+    assert proc.returncode == 2, proc.stdout
+    assert 'cannot use the report directory %s' % reports in ' '.join(proc.stdout.split())
+    assert victim.read_text() == 'precious\n' and not (reports / 'journal.json').exists()
+
+
+@pytest.mark.parametrize('journal,why', [
+    ({'id': '../../escape', 'status': 'running', 'hosts': {}}, "id '../../escape' is not a run id"),
+    ({'id': '20261204T100000Z', 'status': 'running', 'hosts': []}, 'hosts is a list, not an object'),
+    ({'id': '20261204T100000Z', 'status': 'running', 'hosts': {'h1': {'events': 'x'}}},
+     'hosts.h1.events is not a list'),
+    ({'id': '20261204T100000Z', 'status': 'running', 'hosts': {'h1': {'phase': 'exploded'}}},
+     "hosts.h1.phase 'exploded' is not a phase of the rollout"),
+    ({'version': 99, 'id': '20261204T100000Z', 'status': 'running', 'hosts': {}}, 'this code reads journal version'),
+])
+def test_a_malformed_or_hostile_journal_is_refused_with_what_is_wrong(tmp_path, journal, why):
+    text = json.dumps(journal) + '\n'
+    proc, reports = run(tmp_path, journal=text)
+    out = ' '.join(proc.stdout.split())
+    assert proc.returncode == 2, out
+    assert 'is not a rollout journal (a JSON object): ' in out and why in out, out
+    assert 'Traceback' not in proc.stdout + proc.stderr
+    assert (reports / 'journal.json').read_text() == text
+    assert not (tmp_path / 'escape.md').exists() and not list(tmp_path.glob('*escape*'))
+
+
+def ticks(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        return int(f.read().rsplit(')', 1)[1].split()[19])
+
+
+def test_a_second_rollout_is_refused_while_the_first_still_runs(tmp_path):
+    first = subprocess.Popen(['sleep', '120'])
+    try:
+        running = {'version': 2, 'id': '20261204T100000Z', 'status': 'running', 'fingerprint': 'f' * 64,
+                   'runs': [{'run': 1, 'started': '2026-12-04T10:00:00Z'}], 'hosts': {}, 'halted': False,
+                   'halt_reason': '', 'notices': [],
+                   'controller': {'host': socket.gethostname(), 'pid': first.pid, 'pid_start': ticks(first.pid)}}
+        text = json.dumps(running) + '\n'
+        proc, reports = run(tmp_path, journal=text)
+        out = ' '.join(proc.stdout.split())
+        assert proc.returncode == 2, out
+        assert ('rollout 20261204T100000Z is still running from this controller (ansible-playbook pid %d'
+                % first.pid) in out
+        assert (reports / 'journal.json').read_text() == text
+    finally:
+        first.kill()
+        first.wait()
+    # once it is gone (a pid whose start time no longer matches), the next run goes on as before:
+    # another deployment, so the interrupted one is closed as abandoned
+    proc, reports = run(tmp_path, hosts=['h1'], journal=text)
+    assert proc.returncode == 0, proc.stdout
+    assert json.loads((reports / 'rollout-20261204T100000Z.json').read_text())['status'] == 'abandoned'

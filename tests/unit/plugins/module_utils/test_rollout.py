@@ -567,3 +567,30 @@ def test_a_rolled_back_host_whose_undrain_failed_is_reported_as_such():
     assert 'put it back into the load balancer by hand' in journal['hosts']['a']['remedy']
     restart = journal['hosts']['a']['restarts'][-1]
     assert restart['rolled_back'] and restart['unavailable_s'] == 4.0
+
+
+# --- check_journal and concurrent_controller (issue 36, finding 12) ---
+
+def test_check_journal_accepts_what_open_run_writes_and_names_each_problem():
+    journal, dummy, dummy = r.open_run(None, {'h1': {'contract': {'variant': 'v'}}}, '20261204T100000Z-2', NOW,
+                                       controller={'host': 'ctl', 'pid': 7, 'pid_start': 9})
+    assert r.check_journal(json.loads(json.dumps(journal))) == []
+    assert journal['controller'] == {'host': 'ctl', 'pid': 7, 'pid_start': 9}
+    bad = dict(journal, id='x/../y', runs={}, hosts={'h1': 'pending', 'h2': {'restarts': [1]}})
+    assert r.check_journal(bad) == ["id 'x/../y' is not a run id (YYYYMMDDTHHMMSSZ)",
+                                    'runs is a dict, not a list', 'hosts.h1 is not an object',
+                                    'hosts.h2.restarts holds an entry that is not an object']
+    assert r.check_journal({'id': '20261204T100000Z'}) == ['hosts is missing']
+
+
+def test_concurrent_controller_only_for_a_live_other_run_on_this_host():
+    me = {'host': 'ctl', 'pid': 10, 'pid_start': 100}
+    other = {'host': 'ctl', 'pid': 11, 'pid_start': 111}
+    running = {'status': 'running', 'controller': other}
+    assert r.concurrent_controller(running, me, lambda pid, start: True) == other
+    assert r.concurrent_controller(running, me, lambda pid, start: False) is None       # it is gone
+    assert r.concurrent_controller(dict(running, status='completed'), me, lambda p, s: True) is None
+    assert r.concurrent_controller({'status': 'running', 'controller': me}, me, lambda p, s: True) is None
+    assert r.concurrent_controller({'status': 'running', 'controller': dict(other, host='ctl2')}, me,
+                                   lambda p, s: True) is None                             # cannot be checked
+    assert r.concurrent_controller({'status': 'running'}, me, lambda p, s: True) is None  # written before 0.2.0
