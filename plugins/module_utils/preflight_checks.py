@@ -1138,13 +1138,34 @@ def check_root(host, user):
                    % (host, name))]
 
 
+LOOPBACK = ('127.0.0.1', '::1', 'localhost')
+
+
+def check_api_key(host, service_host, has_key, allow_open):
+    """A vLLM server reachable beyond loopback needs an API key (docs/security.md): with host networking
+    it answers everyone who reaches the host. ``service_host`` None: not checked (the caller runs no service)."""
+    if service_host is None:
+        return []
+    listen = str(service_host).strip()
+    loopback = listen in LOOPBACK or listen.startswith('127.')
+    if has_key or loopback or allow_open:
+        how = 'an API key' if has_key else ('loopback only' if loopback else 'open on purpose (service_allow_no_api_key)')
+        return [result('service.api_key', True, '%s on %s' % (how, listen), 'an API key beyond loopback')]
+    return [result('service.api_key', False, 'no API key, listening on %s' % listen,
+                   'an API key (service_api_key) for a server reachable beyond loopback',
+                   remedy='set service_api_key (from vault), or service_host: 127.0.0.1, or service_allow_no_api_key: '
+                          'true when an authenticating gateway is meant to be the only guard',
+                   message='%s: vLLM would listen on %s with no API key, open to anyone who reaches the host: set '
+                           'service_api_key (from vault)' % (host, listen))]
+
+
 def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, variant_error=None,
              tensor_parallel_size=8, podman_min_version='4.4', podman_bad_versions=None,
              cdi_dirs=None, disk_margin_pct=10, image_free_bytes=0, tmp_free_bytes=0,
              shm_min_mib=1024, service_ipc_host=True, fabricmanager_unit='nvidia-fabricmanager',
              fabric_waited_s=0, mount_sources=None, variant_refusals=None, nvml_library_version=None,
              podman_cdi_versions=None, service_label_disable=True, extra_checks=None, nvlink5_remedy=None,
-             podman_api_key_min_version=None):
+             podman_api_key_min_version=None, service_listen=None):
     """Run every check; return ``{'ok', 'checks', 'failures', 'warnings', 'fixable', 'fabric_pending'}``.
 
     ``extra_checks`` are results made elsewhere (gpu_health: Xid, recovery action, NVLink5), added before
@@ -1166,6 +1187,9 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
     checks += list(extra_checks or [])
     podman = facts.get('podman') or {}
     checks += check_podman(podman, podman_min_version, podman_bad_versions, podman_api_key_min_version)
+    if service_listen:
+        checks += check_api_key(host, service_listen.get('host'), bool(service_listen.get('api_key')),
+                                bool(service_listen.get('allow_no_api_key')))
     checks += check_cdi(gpu, facts.get('cdi_specs'), podman, facts.get('containers_conf_cdi_spec_dirs'),
                         podman_bad_versions, cdi_dirs, podman_cdi_versions)
     model_size = ((variant or {}).get('model') or {}).get('size_bytes')

@@ -442,9 +442,9 @@ def render_quadlet(spec, podman_version=None):
         podman_args.append('--pull=never')
     for sec in spec.get('secrets', []):
         if secret_key:
-            lines.append('Secret=%s,type=env,target=%s' % (sec['name'], sec['target']))
+            lines.append('Secret=%s' % _secret(sec))
         else:
-            podman_args.append('--secret=%s,type=env,target=%s' % (sec['name'], sec['target']))
+            podman_args.append('--secret=%s' % _secret(sec))
     podman_args.append('--stop-timeout=%d' % spec['stop_timeout_s'])
     for arg in podman_args:
         lines.append('PodmanArgs=%s' % _q(arg))
@@ -478,7 +478,7 @@ def render_systemd(spec):
     for key in sorted(spec.get('env', {})):
         run.append('--env=%s=%s' % (key, spec['env'][key]))
     for sec in spec.get('secrets', []):
-        run.append('--secret=%s,type=env,target=%s' % (sec['name'], sec['target']))
+        run.append('--secret=%s' % _secret(sec))
     run.append('--stop-timeout=%d' % spec['stop_timeout_s'])
     run.extend(spec.get('podman_args', []))
     run.append(spec['image'])
@@ -501,6 +501,14 @@ def _volume(vol):
     return text
 
 
+def _secret(sec):
+    """podman's --secret value: an environment variable (type=env, target its name) or a file in the
+    container (type=mount, target its path, with the file's mode), never the secret's data."""
+    if sec.get('type', 'env') == 'mount':
+        return '%s,type=mount,target=%s,mode=%s' % (sec['name'], sec['target'], sec.get('mode') or '0400')
+    return '%s,type=env,target=%s' % (sec['name'], sec['target'])
+
+
 REQUIRED_SPEC_KEYS = ('name', 'description', 'image', 'args', 'timeout_start_s', 'timeout_stop_s', 'stop_timeout_s')
 
 
@@ -515,6 +523,19 @@ def validate_spec(spec):
             raise UnitLintError(['environment variable name %r is invalid' % key])
         if '\n' in str(value):
             raise UnitLintError(['environment variable %s contains a newline' % key])
+    for sec in spec.get('secrets', []):
+        kind = sec.get('type', 'env')
+        name_ok = re.match(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$', str(sec.get('name', '')))
+        if kind == 'env':
+            target_ok = re.match(r'^[A-Za-z_][A-Za-z0-9_]*$', str(sec.get('target', '')))
+        elif kind == 'mount':
+            target_ok = re.match(r'^/[A-Za-z0-9_./-]+$', str(sec.get('target', ''))) and '..' not in sec['target']
+            target_ok = target_ok and re.match(r'^0?[0-7]{3}$', str(sec.get('mode') or '0400'))
+        else:
+            target_ok = False
+        if not (name_ok and target_ok):
+            raise UnitLintError(['secret %r: expected a podman secret name and, for type env, a variable name, '
+                                 'for type mount, an absolute path (and an octal mode)' % (sec,)])
     for line in spec.get('quadlet_options') or []:
         if not re.match(r'^[A-Za-z][A-Za-z0-9]*=[^\n]*$', line):
             raise UnitLintError(['quadlet option %r is not a single Key=value line' % line])

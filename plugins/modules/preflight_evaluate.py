@@ -77,6 +77,13 @@ options:
         would restart the host on every rollout). Omit when there is no API key.
     type: str
     version_added: "0.2.0"
+  service_listen:
+    description:
+      - What the service will listen on, for the API key check (C(service.api_key)); omitted, nothing is checked.
+      - C(host) is C(service_host), C(api_key) whether C(service_api_key) is set, C(allow_no_api_key) the
+        C(service_allow_no_api_key) opt-out. A server beyond loopback without a key fails.
+    type: dict
+    version_added: "0.2.0"
   podman_bad_versions:
     description:
       - podman releases known to break something the service uses.
@@ -258,6 +265,7 @@ def main():
             tensor_parallel_size=dict(type='int', default=8),
             podman_min_version=dict(type='str', default='4.4'),
             podman_api_key_min_version=dict(type='str', no_log=False),
+            service_listen=dict(type='dict', no_log=False),
             podman_bad_versions=dict(type='list', elements='dict', default=[]),
             cdi_dirs=dict(type='list', elements='path', default=['/etc/cdi', '/var/run/cdi']),
             disk_margin_pct=dict(type='int', default=10),
@@ -287,7 +295,7 @@ def main():
         p['host'], gpu=p['gpu'], gpu_error=p['gpu_error'], host_facts=p['host_facts'],
         variant=p['variant'], variant_error=p['variant_error'],
         tensor_parallel_size=p['tensor_parallel_size'], podman_min_version=p['podman_min_version'],
-        podman_api_key_min_version=p['podman_api_key_min_version'],
+        podman_api_key_min_version=p['podman_api_key_min_version'], service_listen=p['service_listen'],
         podman_bad_versions=p['podman_bad_versions'], cdi_dirs=p['cdi_dirs'],
         disk_margin_pct=p['disk_margin_pct'], image_free_bytes=p['image_free_bytes'],
         tmp_free_bytes=p['tmp_free_bytes'], shm_min_mib=p['shm_min_mib'],

@@ -101,7 +101,11 @@ options:
     type: bool
     default: false
   secrets:
-    description: Podman secrets exposed as environment variables (never written in the unit).
+    description:
+      - Podman secrets handed to the container, by name (their data is never written in the unit).
+      - A C(mount) secret is a file in the container and shows nowhere in C(podman inspect); an C(env) secret is an
+        environment variable, which podman releases before 2026-02 show in C(podman inspect) unless its name and the
+        variable's are the same. Prefer C(mount).
     type: list
     elements: dict
     default: []
@@ -111,9 +115,20 @@ options:
         type: str
         required: true
       target:
-        description: Environment variable name in the container.
+        description: For C(env), the environment variable's name; for C(mount), the file's absolute path in the container.
         type: str
         required: true
+      type:
+        description: How the container gets it.
+        type: str
+        choices: [env, mount]
+        default: env
+        version_added: "0.2.0"
+      mode:
+        description: For C(mount), the file's mode in the container (octal).
+        type: str
+        default: '0400'
+        version_added: "0.2.0"
   description:
     description: Unit C(Description=).
     type: str
@@ -307,6 +322,8 @@ def main():
             secrets=dict(type='list', elements='dict', default=[], no_log=False, options=dict(
                 name=dict(type='str', required=True),
                 target=dict(type='str', required=True),
+                type=dict(type='str', default='env', choices=['env', 'mount']),
+                mode=dict(type='str', default='0400'),
             )),
             description=dict(type='str', default='Model server (vLLM) managed by inkling.fleet'),
             timeout_start_s=dict(type='int', required=True),

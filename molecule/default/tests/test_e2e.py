@@ -7,6 +7,7 @@ import json
 import os
 
 import testinfra.utils.ansible_runner
+import yaml
 
 HOSTS = testinfra.utils.ansible_runner.AnsibleRunner(
     os.environ['MOLECULE_INVENTORY_FILE']).get_hosts('inkling_fleet')
@@ -14,6 +15,9 @@ HOSTS = testinfra.utils.ansible_runner.AnsibleRunner(
 UNIT = 'inkling-vllm'
 QUADLET = '/etc/containers/systemd/%s.container' % UNIT
 STATE = '/var/lib/inkling/rollout/state.json'
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'inventory', 'lab', 'group_vars',
+                       'all', 'lab.yml')) as _f:
+    LAB_API_KEY = yaml.safe_load(_f)['service_api_key']
 
 
 def pytest_generate_tests(metafunc):
@@ -63,12 +67,15 @@ def test_unit_pins_image_by_digest_and_variant_args(hostname):
 def test_model_listed_and_answers(hostname):
     host = _host(hostname)
     state = json.loads(host.file(STATE).content_string)
-    out = host.check_output('curl -fsS http://127.0.0.1:8000/v1/models')
+    # the lab's inventory sets an API key, as a fleet's does: without it the server answers 401
+    assert host.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models").stdout == '401'
+    auth = "-H 'Authorization: Bearer %s'" % LAB_API_KEY
+    out = host.check_output('curl -fsS %s http://127.0.0.1:8000/v1/models' % auth)
     ids = [m['id'] for m in json.loads(out)['data']]
     assert state['served_model_name'] in ids
     body = json.dumps({'model': state['served_model_name'], 'prompt': 'hi', 'max_tokens': 1})
-    out = host.check_output("curl -fsS -H 'Content-Type: application/json' -d '%s' "
-                            "http://127.0.0.1:8000/v1/completions" % body)
+    out = host.check_output("curl -fsS %s -H 'Content-Type: application/json' -d '%s' "
+                            "http://127.0.0.1:8000/v1/completions" % (auth, body))
     assert json.loads(out)['choices']
 
 

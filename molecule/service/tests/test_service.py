@@ -61,6 +61,18 @@ def test_api_key_enforced_and_never_in_unit_files(host, ready):
     assert host.run("podman secret inspect inkling-vllm-api-key").rc == 0
 
 
+def test_api_key_is_a_root_only_file_never_in_podman_inspect_or_the_environment(host, inspect):
+    """The key reaches vLLM as its --config file (a mount secret), not as VLLM_API_KEY (issue 36, finding 10)."""
+    assert API_KEY not in host.check_output("podman inspect inkling-vllm")
+    assert not [e for e in inspect["Config"]["Env"] if e.startswith("VLLM_API_KEY")]
+    args = inspect["Config"]["Cmd"] if inspect["Config"].get("Cmd") else inspect["Args"]
+    assert "--config /run/secrets/inkling-vllm-api-key.yaml" in " ".join(args)
+    # the stand-in image has python3 but no coreutils
+    seen = host.check_output("podman exec inkling-vllm python3 -c 'import os; s = os.stat(\"%s\"); "
+                             "print(oct(s.st_mode & 0o777), s.st_uid)'" % "/run/secrets/inkling-vllm-api-key.yaml")
+    assert seen.split()[-2:] == ["0o400", "0"], seen
+
+
 def test_command_line(inspect):
     args = inspect["Config"]["Cmd"] if inspect["Config"].get("Cmd") else inspect["Args"]
     joined = " ".join(args)

@@ -229,6 +229,25 @@ def test_api_key(server):
     assert s.get('/health')[0] == 200  # health stays open, as in vLLM
 
 
+def test_api_key_from_a_config_file_as_the_service_role_writes_it(server, tmp_path):
+    """vLLM's --config YAML file (the role's mount secret, JSON form); the command line still wins."""
+    cfg = tmp_path / 'inkling-vllm-api-key.yaml'
+    cfg.write_text('api-key: %s\n' % json.dumps('from-file'))
+    s = server(args=['--config', str(cfg)])
+    assert s.wait_open()
+    assert s.get('/v1/models')[0] == 401
+    assert s.get('/v1/models', {'Authorization': 'Bearer from-file'})[0] == 200
+    mod = load_standin()
+    assert mod.parse(['serve', '--model', 'a/b', '--config', str(cfg), '--api-key', 'cli']).api_key == 'cli'
+    (tmp_path / 'j.yaml').write_text(json.dumps({'api-key': 'json-form'}))
+    assert mod.parse(['serve', '--model', 'a/b', '--config', str(tmp_path / 'j.yaml')]).api_key == 'json-form'
+    (tmp_path / 'k.json').write_text('{}')
+    with pytest.raises(SystemExit):
+        mod.parse(['serve', '--model', 'a/b', '--config', str(tmp_path / 'k.json')])
+    with pytest.raises(SystemExit):
+        mod.parse(['serve', '--model', 'a/b', '--config', str(tmp_path / 'absent.yaml')])
+
+
 def test_port_closed_during_startup_delay(server):
     s = server(env={'STANDIN_STARTUP_DELAY_S': '1.5'})
     t0 = time.time()

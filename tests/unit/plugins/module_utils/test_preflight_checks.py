@@ -132,6 +132,28 @@ def test_a_host_reached_without_become_fails_once_with_the_remedy():
     assert pc.summary(report).count('not root') == 1
 
 
+@pytest.mark.parametrize('listen,ok', [
+    ({'host': '0.0.0.0', 'api_key': False}, False),
+    ({'host': '10.0.0.11', 'api_key': False}, False),
+    ({'host': '0.0.0.0', 'api_key': True}, True),
+    ({'host': '127.0.0.1', 'api_key': False}, True),
+    ({'host': '::1', 'api_key': False}, True),
+    ({'host': '0.0.0.0', 'api_key': False, 'allow_no_api_key': True}, True),
+])
+def test_a_server_beyond_loopback_needs_an_api_key(listen, ok):
+    """vLLM listens with host networking: without a key it serves everyone who reaches the host (issue 36,
+    finding 5). Refused before anything changes, naming the host, what was found and the remedy."""
+    report = run(service_listen=listen)
+    check = [c for c in report['checks'] if c['check'] == 'service.api_key'][0]
+    assert check['ok'] is ok and report['ok'] is ok
+    if not ok:
+        assert failed(report) == {'service.api_key': 'gpu-node-01: vLLM would listen on %s with no API key, open to '
+                                                     'anyone who reaches the host: set service_api_key (from vault)'
+                                                     % listen['host']}
+        assert 'service_allow_no_api_key' in check['remedy'] and 'service_host: 127.0.0.1' in check['remedy']
+    assert 'service.api_key' not in [c['check'] for c in run()['checks']]   # not asked, not checked
+
+
 def test_every_failure_has_found_expected_and_remedy():
     report = run(gpu=make_gpu(count=7, fabric=('In Progress', None), mig_mode_current=True),
                  facts=host_facts(cdi_specs=[], podman={'found': False}, shm_bytes=64 * 1024 ** 2))

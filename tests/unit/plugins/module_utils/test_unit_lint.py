@@ -67,6 +67,27 @@ def test_render_quadlet_new_podman_uses_secret_key():
     assert 'Secret=k,type=env,target=VLLM_API_KEY' in text
 
 
+def test_a_mount_secret_is_a_root_only_file_in_every_rendering():
+    sec = [{'name': 'inkling-vllm-api-key', 'type': 'mount', 'target': '/run/secrets/inkling-vllm-api-key.yaml'}]
+    want = 'inkling-vllm-api-key,type=mount,target=/run/secrets/inkling-vllm-api-key.yaml,mode=0400'
+    assert 'Secret=%s' % want in ul.render_quadlet(spec(secrets=sec), podman_version=(5, 4, 0))
+    assert ('PodmanArgs', '--secret=%s' % want) in ul.parse_unit(
+        ul.render_quadlet(spec(secrets=sec), podman_version=(4, 4, 1)))['Container']
+    assert '--secret=%s' % want in ul.render_systemd(spec(secrets=sec))
+
+
+@pytest.mark.parametrize('sec', [
+    {'name': 'k', 'type': 'mount', 'target': 'relative.yaml'},
+    {'name': 'k', 'type': 'mount', 'target': '/run/secrets/../../etc/x'},
+    {'name': 'k', 'type': 'mount', 'target': '/run/secrets/k.yaml', 'mode': 'rw'},
+    {'name': 'k,type=env', 'target': 'X'},
+    {'name': 'k', 'target': 'NOT-A-VARIABLE'},
+])
+def test_a_secret_that_podman_would_read_otherwise_is_refused(sec):
+    with pytest.raises(ul.UnitLintError):
+        ul.render_quadlet(spec(secrets=[sec]), podman_version=(5, 4, 0))
+
+
 def test_render_quotes_json_and_escapes_percent():
     text = ul.render_quadlet(spec(args=['--x', '{"a": 1}', '--y', '50%']), podman_version=(5, 4, 0))
     exec_line = [v for k, v in ul.parse_unit(text)['Container'] if k == 'Exec'][0]
