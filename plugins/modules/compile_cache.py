@@ -23,10 +23,13 @@ description:
     for something else.
   - O(state=listed) lists the set of a source host (path, size and SHA-256 of every regular file), after
     checking it carries O(key).
-  - O(state=served) lists the set as O(state=listed) does, then serves it read-only over HTTP (Python's
-    C(http.server)) on O(address) and O(port), as the transient systemd unit O(unit) that stops after
-    O(serve_s) seconds (a unit of that name left by an earlier run is stopped first), and waits until the port
-    answers.
+  - O(state=served) lists the set as O(state=listed) does, then serves it read-only over HTTP on O(address) and
+    O(port), as the transient systemd unit O(unit) that stops after O(serve_s) seconds (a unit of that name left by
+    an earlier run is stopped first), and waits until the port answers. The server (module_utils
+    C(cache_seed_server), written root-only to O(rundir)) answers only the addresses of O(allow), only a client that
+    sends O(token), and only the paths of the listing, each opened without following a link and only while its size
+    is the listed one; no directory listing. It runs as C(nobody) with only C(CAP_DAC_READ_SEARCH) on a read-only
+    file system (docs/security.md).
   - O(state=seeded) first claims the set as O(state=claimed) does; then, given O(source_url), copies a source's
     set into it when it is empty - every file of O(manifest) is fetched over HTTP from O(source_url) into a staging directory beside the set, its size
     and SHA-256 checked against the manifest (which came through the controller, not from the source's
@@ -84,6 +87,22 @@ options:
     description: For O(state=served), the name of the transient systemd unit.
     type: str
     default: inkling-cache-seed.service
+  token:
+    description:
+      - For O(state=served), the token a client must send (an C(Authorization) header C(Bearer TOKEN)); for
+        O(state=seeded), the source's token, sent with every request. Made per run on the controller; never logged.
+    type: str
+  allow:
+    description:
+      - For O(state=served), the fleet's hosts that may fetch (names or addresses, resolved on this host); every
+        other address gets its connection closed. Names that do not resolve here are reported in RV(reason).
+    type: list
+    elements: str
+    default: []
+  rundir:
+    description: For O(state=served), the root-only directory for the server's script and configuration.
+    type: path
+    default: /run/inkling-cache-seed
   timeout_s:
     description: For O(state=seeded), the timeout of each HTTP request, in seconds.
     type: float
@@ -126,6 +145,7 @@ EXAMPLES = r'''
     key: "{{ my_key }}"
     manifest: "{{ hostvars[source].__rollout_cache_seed.files }}"
     source_url: "{{ hostvars[source].__rollout_cache_seed.url }}"
+    token: "{{ hostvars[source].__rollout_cache_seed.token }}"
 
 - name: Serve the canary's caches read-only to the fleet for two hours
   inkling.fleet.compile_cache:
@@ -136,6 +156,8 @@ EXAMPLES = r'''
     address: 10.0.0.11
     port: 8874
     serve_s: 7200
+    token: "{{ seed_token }}"
+    allow: [10.0.0.12, 10.0.0.13]
   register: served
 
 - name: Create a cache set and its subdirectories
@@ -167,6 +189,11 @@ url:
   returned: when state is served
   type: str
   sample: http://10.0.0.11:8874
+allow:
+  description: For O(state=served), the addresses the server answers (O(allow) resolved on this host).
+  returned: when state is served
+  type: list
+  elements: str
 files:
   description: For O(state=listed) and O(state=served), every regular file of the set, C(path) (relative to the set), C(size), C(sha256).
   returned: when state is listed or served
@@ -212,6 +239,7 @@ kept:
 '''
 
 import hashlib
+import inspect
 import json
 import os
 import socket
@@ -221,6 +249,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.parse import quote
 from ansible.module_utils.urls import open_url
+from ansible_collections.inkling.fleet.plugins.module_utils import cache_seed_server
 from ansible_collections.inkling.fleet.plugins.module_utils import nofollow
 from ansible_collections.inkling.fleet.plugins.module_utils import warm_cache as wc
 
@@ -367,19 +396,64 @@ def listed(module, p):
                      reason='%d files, %d bytes' % (len(files), total))
 
 
+def resolve_allow(names):
+    """The addresses of the fleet's hosts (names or addresses, resolved on this host): (addresses, unresolved)."""
+    found, unresolved = set(), []
+    for name in names:
+        try:
+            found.update(plain(info[4][0]) for info in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM))
+        except (socket.gaierror, UnicodeError):
+            unresolved.append(name)
+    return sorted(found), unresolved
+
+
+def plain(addr):
+    return addr.split('%', 1)[0]
+
+
+# What the seed server's unit may do (docs/security.md): run as nobody, read the root-only set
+# (CAP_DAC_READ_SEARCH, nothing else), write nothing.
+SANDBOX = ['User=nobody', 'AmbientCapabilities=CAP_DAC_READ_SEARCH', 'CapabilityBoundingSet=CAP_DAC_READ_SEARCH',
+           'NoNewPrivileges=yes', 'ProtectSystem=strict', 'ProtectHome=yes', 'PrivateTmp=yes',
+           'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX']
+
+
+def write_root_only(path, text):
+    tmp = '%s.tmp.%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, 'w') as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
 def served(module, p):
     files, left_out, total = list_set(module, p)
     host = p['address']
     url = 'http://%s:%d' % ('[%s]' % host if ':' in host else host, p['port'])
+    allow, unresolved = resolve_allow(p['allow'])
     if module.check_mode:
-        module.exit_json(changed=True, files=files, left_out=left_out, bytes=total, url=url,
-                         reason='would serve %d files on %s' % (len(files), url))
+        module.exit_json(changed=True, files=files, left_out=left_out, bytes=total, url=url, allow=allow,
+                         reason='would serve %d files on %s to %d address(es)' % (len(files), url, len(allow)))
     module.run_command(['systemctl', 'stop', p['unit']])
+    rundir = p['rundir']
+    if os.path.lexists(rundir) and not os.path.isdir(rundir) or os.path.islink(rundir):
+        module.fail_json(msg='compile_cache: %s is not a directory; remove it' % rundir)
+    if not os.path.isdir(rundir):
+        os.makedirs(rundir, 0o700)
+    os.chmod(rundir, 0o700)
+    script = os.path.join(rundir, 'server.py')
+    config = os.path.join(rundir, p['unit'] + '.json')
+    write_root_only(script, inspect.getsource(cache_seed_server))
+    write_root_only(config, json.dumps({
+        'address': host, 'port': p['port'], 'allow': allow, 'root': p['cache_dir'],
+        'token_sha256': cache_seed_server.token_digest(p['token']),
+        'files': dict((f['path'], f['size']) for f in files)}, indent=1, sort_keys=True))
     python = module.get_bin_path('python3', required=True)
-    rc, out, err = module.run_command([
-        'systemd-run', '--unit=' + p['unit'], '--collect', '--property=RuntimeMaxSec=%d' % p['serve_s'],
-        '--description=inkling.fleet compile cache seed (read-only, stops after %d s)' % p['serve_s'],
-        python, '-m', 'http.server', str(p['port']), '--bind', host, '--directory', p['cache_dir']])
+    argv = ['systemd-run', '--unit=' + p['unit'], '--collect', '--property=RuntimeMaxSec=%d' % p['serve_s'],
+            '--description=inkling.fleet compile cache seed (read-only, stops after %d s)' % p['serve_s'],
+            '--property=ExecStopPost=+/bin/rm -f %s' % config]
+    argv += ['--property=%s' % prop for prop in SANDBOX]
+    rc, out, err = module.run_command(argv + [python, script, config])
     if rc != 0:
         module.fail_json(msg='compile_cache: could not start the cache server: %s' % (err or out).strip())
     deadline = time.time() + 30
@@ -391,15 +465,18 @@ def served(module, p):
             if time.time() > deadline:
                 module.fail_json(msg='compile_cache: the cache server on %s does not answer after 30 s: %s' % (url, exc))
             time.sleep(0.3)
-    module.exit_json(changed=True, files=files, left_out=left_out, bytes=total, url=url,
-                     reason='serving %d files (%d bytes) on %s for %d s' % (len(files), total, url, p['serve_s']))
+    module.exit_json(changed=True, files=files, left_out=left_out, bytes=total, url=url, allow=allow,
+                     reason='serving %d files (%d bytes) on %s for %d s to %d fleet address(es)%s'
+                     % (len(files), total, url, p['serve_s'], len(allow),
+                        '; not resolved here: %s' % ', '.join(unresolved) if unresolved else ''))
 
 
 def fetch_one(p, entry, staging_fd):
     """Fetch one manifest entry into the staging directory, reading at most the listed size plus
     one byte. None when its size and SHA-256 match the manifest, else what was wrong."""
     url = p['source_url'].rstrip('/') + '/' + quote(entry['path'])
-    resp = open_url(url, timeout=p['timeout_s'], validate_certs=False)
+    resp = open_url(url, timeout=p['timeout_s'], validate_certs=False,
+                    headers={'Authorization': 'Bearer %s' % p['token']} if p['token'] else None)
     h = hashlib.sha256()
     size = 0
     parent = nofollow.make_dirs(os.path.dirname(entry['path']), staging_fd, 0o750)
@@ -526,6 +603,9 @@ def main():
             port=dict(type='int', default=8874),
             serve_s=dict(type='int', default=7200),
             unit=dict(type='str', default='inkling-cache-seed.service'),
+            token=dict(type='str', no_log=True),
+            allow=dict(type='list', elements='str', default=[]),
+            rundir=dict(type='path', default='/run/inkling-cache-seed'),
             cache_root=dict(type='path'),
             keep=dict(type='list', elements='list', default=[]),
         ),
@@ -533,7 +613,7 @@ def main():
             ('state', 'present', ['cache_dir']),
             ('state', 'claimed', ['cache_dir', 'key', 'subdirs']),
             ('state', 'listed', ['cache_dir', 'key', 'subdirs']),
-            ('state', 'served', ['cache_dir', 'key', 'subdirs', 'address']),
+            ('state', 'served', ['cache_dir', 'key', 'subdirs', 'address', 'token']),
             ('state', 'seeded', ['cache_dir', 'key', 'subdirs']),
             ('state', 'pruned', ['cache_root']),
         ],

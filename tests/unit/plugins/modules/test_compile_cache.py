@@ -131,7 +131,8 @@ def test_seeding_without_a_source_only_claims(tmp_path):
 def test_served_lists_and_says_where_check_mode(served, tmp_path):
     src, dummy = served
     rc, out = run_module('compile_cache', {'state': 'served', 'cache_dir': str(src), 'subdirs': SUBDIRS, 'key': KEY,
-                                           'address': 'fd00::5', 'port': 8874}, tmp_path=tmp_path, check_mode=True)
+                                           'address': 'fd00::5', 'port': 8874, 'token': 'seed-token-1234'}, tmp_path=tmp_path,
+                         check_mode=True)
     assert rc == 0 and out['url'] == 'http://[fd00::5]:8874' and len(out['files']) == 3
 
 
