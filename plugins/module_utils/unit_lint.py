@@ -442,9 +442,9 @@ def render_quadlet(spec, podman_version=None):
         podman_args.append('--pull=never')
     for sec in spec.get('secrets', []):
         if secret_key:
-            lines.append('Secret=%s' % _secret(sec))
+            lines.append('Secret=%s' % secret_arg(sec))
         else:
-            podman_args.append('--secret=%s' % _secret(sec))
+            podman_args.append('--secret=%s' % secret_arg(sec))
     podman_args.append('--stop-timeout=%d' % spec['stop_timeout_s'])
     for arg in podman_args:
         lines.append('PodmanArgs=%s' % _q(arg))
@@ -478,7 +478,7 @@ def render_systemd(spec):
     for key in sorted(spec.get('env', {})):
         run.append('--env=%s=%s' % (key, spec['env'][key]))
     for sec in spec.get('secrets', []):
-        run.append('--secret=%s' % _secret(sec))
+        run.append('--secret=%s' % secret_arg(sec))
     run.append('--stop-timeout=%d' % spec['stop_timeout_s'])
     run.extend(spec.get('podman_args', []))
     run.append(spec['image'])
@@ -501,7 +501,7 @@ def _volume(vol):
     return text
 
 
-def _secret(sec):
+def secret_arg(sec):
     """podman's --secret value: an environment variable (type=env, target its name) or a file in the
     container (type=mount, target its path, with the file's mode), never the secret's data."""
     if sec.get('type', 'env') == 'mount':

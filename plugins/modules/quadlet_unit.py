@@ -257,6 +257,13 @@ unit_name:
   returned: always
   type: str
   sample: inkling-vllm.service
+secret_args:
+  description: The unit's secrets as C(podman run) options, by name only (for a trial container that must see them too).
+  returned: always
+  type: list
+  elements: str
+  sample: ['--secret=inkling-vllm-api-key,type=mount,target=/run/secrets/inkling-vllm-api-key.yaml,mode=0400']
+  version_added: "0.2.0"
 content:
   description: The rendered unit file.
   returned: always
@@ -350,7 +357,8 @@ def main():
     )
     p = module.params
     name = p['name']
-    result = dict(changed=False, unit_name=name + '.service', backup=None)
+    result = dict(changed=False, unit_name=name + '.service', backup=None,
+                  secret_args=['--secret=%s' % unit_lint.secret_arg(sec) for sec in p['secrets']])
 
     # What podman is installed, and does it have quadlet?
     rc, out, err = module.run_command([p['podman_path'], '--version'])
