@@ -1155,8 +1155,8 @@ def check_api_key(host, service_host, has_key, allow_open):
                    'an API key (service_api_key) for a server reachable beyond loopback',
                    remedy='set service_api_key (from vault), or service_host: 127.0.0.1, or service_allow_no_api_key: '
                           'true when an authenticating gateway is meant to be the only guard',
-                   message='%s: vLLM would listen on %s with no API key, open to anyone who reaches the host: set '
-                           'service_api_key (from vault)' % (host, listen))]
+                   message='%s: vLLM would listen on %s with no API key, open to anyone who reaches the host'
+                           % (host, listen))]
 
 
 def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, variant_error=None,
