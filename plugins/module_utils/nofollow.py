@@ -155,8 +155,7 @@ def walk_files(fd, prefix=''):
                 yield rel, fd, name, None
                 continue
             try:
-                for item in walk_files(sub, rel + '/'):
-                    yield item
+                yield from walk_files(sub, rel + '/')
             finally:
                 os.close(sub)
         else:

@@ -133,8 +133,8 @@ def check_journal(data):
             problems.append('hosts.%s.phase %r is not a phase of the rollout' % (host, rec['phase']))
         for key, kind in _RECORD_TYPES:
             if key in rec and not isinstance(rec[key], kind):
-                problems.append('hosts.%s.%s is not a%s %s' % (host, key, 'n' if kind is dict else '',
-                                                              _TYPE_WORDS[kind]))
+                problems.append('hosts.%s.%s is not a%s %s'
+                                % (host, key, 'n' if kind is dict else '', _TYPE_WORDS[kind]))
         for key in ('events', 'restarts'):
             if isinstance(rec.get(key), list) and not all(isinstance(e, dict) for e in rec[key]):
                 problems.append('hosts.%s.%s holds an entry that is not an object' % (host, key))
