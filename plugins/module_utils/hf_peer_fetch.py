@@ -171,7 +171,7 @@ def receive(src, name, rdir, entry, prog):
     seen = 0
     proc = hf_peer_daemon.start_rsync(argv, src.env)
     handle = None
-    last, stuck = time.time(), False
+    last, stuck, over = time.time(), False, False
     try:
         while True:
             ended = proc.poll() is not None
@@ -182,6 +182,9 @@ def receive(src, name, rdir, entry, prog):
                 hasher.update(data)
                 seen += len(data)
                 last = time.time()
+                if seen > entry.size:   # a peer that sends more than the hub's size: stop it now
+                    over = True
+                    break
                 continue
             if ended:
                 break
@@ -189,9 +192,9 @@ def receive(src, name, rdir, entry, prog):
                 stuck = True
                 break
             time.sleep(0.02)
-        if stuck:
+        if stuck or over:
             stop_rsync(proc)
-            err = stall_detail(t)
+            err = stall_detail(t) if stuck else ''
         else:
             err = (proc.stderr.read() or '').strip()[-400:]
     finally:
@@ -199,10 +202,10 @@ def receive(src, name, rdir, entry, prog):
             handle.close()
         with prog.lock:
             prog.current = None
-    if stuck:
+    if stuck or over:
         if os.path.lexists(part):
             os.unlink(part)
-        return False, 'stalled', err
+        return (False, 'stalled', err) if stuck else (False, 'hash', oversize(entry))
     if proc.returncode != 0:
         if os.path.lexists(part):
             os.unlink(part)
@@ -284,6 +287,12 @@ class _Arrival(object):
             self.handle = None
 
 
+def oversize(entry):
+    """What a receiver says of a peer that sent more bytes than the hub's size (stopped there: a peer cannot fill
+    a receiver's disk)."""
+    return 'more than the hub\'s %d bytes: stopped' % entry.size
+
+
 def verdict(entry, seen, digest):
     """None when size and hash are the hub's, else what differs."""
     if seen != entry.size:
@@ -339,6 +348,9 @@ def receive_batch(src, name, rdir, entries, prog, on_verified):
                             prog.current = (pending[etag], lambda e=etag, p=path: [p, os.path.join(inbox, e)])
                     if n != etag:
                         moved += arriving[etag].read()
+                        if arriving[etag].seen > pending[etag].size:   # more than the hub's size: stop now
+                            bad = (pending[etag], oversize(pending[etag]))
+                            break
                         continue
                     # rsync named it: complete and closed
                     entry = pending.pop(etag)

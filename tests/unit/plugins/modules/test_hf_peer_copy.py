@@ -524,6 +524,32 @@ def test_a_forged_blob_in_a_batch_is_rejected_the_verified_ones_kept_and_it_is_r
     assert hc.hash_file(blob, entry) == entry.etag and size == entry.size
 
 
+def test_a_peer_that_sends_more_than_the_hubs_size_is_stopped_there(tmp_path, source, hub):  # pylint: disable=redefined-outer-name
+    """a serves one blob 64 MiB longer than the hub's size (issue 36, finding 9): the receiver stops the transfer as
+    soon as it passes the hub's size (the message says so: not the whole file's size), drops a and takes the blob
+    from src."""
+    a_tmp = tmp_path / 'a'
+    a_cache = str(a_tmp / 'cache')
+    shutil.copytree(source['cache'], a_cache, symlinks=True)
+    rdir = hc.repo_dir(a_cache, REPO_ID)
+    etags = sorted(os.listdir(os.path.join(rdir, 'blobs')))
+    big = os.path.join(rdir, 'blobs', etags[0])
+    with open(big, 'ab') as f:
+        f.write(b'\0' * (64 * 1024 * 1024))
+    proc = start_daemon(a_tmp, a_cache, source['port'], address='127.0.0.2')
+    try:
+        dest = str(tmp_path / 'cache')
+        rc, res = copy(tmp_path, source, dest, P(('a', '127.0.0.2'), ('src', '127.0.0.1'), ('dst', DEAD)), ['a', 'src'])
+    finally:
+        stop(proc)
+    assert rc == 0, res
+    entry = hc.FileEntry.from_dict([f for f in source['files'] if f['etag'] == etags[0]][0])
+    assert res['holder'] is True and res['failed_sources'] == ['a']
+    assert res['rejected'] == ["a: %s: more than the hub's %d bytes: stopped" % (entry.path, entry.size)]
+    blob = os.path.join(hc.repo_dir(dest, REPO_ID), 'blobs', etags[0])
+    assert os.path.getsize(blob) == entry.size and hc.hash_file(blob, entry) == entry.etag
+
+
 def test_the_role_removes_the_inbox_of_a_job_killed_during_a_batch():
     """hf_peer_reset (the role's leftovers) removes the inbox hf_peer_fetch writes a batch into."""
     with open(os.path.join(REPO, 'roles', 'hf_cache', 'vars', 'main.yml')) as f:
