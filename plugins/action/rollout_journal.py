@@ -67,10 +67,12 @@ def _make_dir(path):
 
 def _start_ticks(pid):
     """The start time of process ``pid`` in clock ticks since boot (/proc/PID/stat field 22), or
-    None: with the pid, it tells a process from a later one that reuses its pid."""
+    None: with the pid, it tells a process from a later one that reuses its pid. A zombie (a killed
+    process not yet reaped) has no start time here: it runs nothing any more."""
     try:
         with open('/proc/%d/stat' % int(pid)) as f:
-            return int(f.read().rsplit(')', 1)[1].split()[19])
+            fields = f.read().rsplit(')', 1)[1].split()
+        return None if fields[0] in ('Z', 'X') else int(fields[19])
     except (IOError, OSError, ValueError, IndexError, TypeError):
         return None
 

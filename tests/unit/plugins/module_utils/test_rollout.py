@@ -594,3 +594,23 @@ def test_concurrent_controller_only_for_a_live_other_run_on_this_host():
     assert r.concurrent_controller({'status': 'running', 'controller': dict(other, host='ctl2')}, me,
                                    lambda p, s: True) is None                             # cannot be checked
     assert r.concurrent_controller({'status': 'running'}, me, lambda p, s: True) is None  # written before 0.2.0
+
+
+def test_a_killed_controller_not_yet_reaped_counts_as_gone():
+    """A SIGKILLed ansible-playbook whose parent has not reaped it yet is a zombie: its /proc entry stays, with the
+    same start time. It runs nothing: the next run resumes its rollout instead of being refused."""
+    import os
+    import signal
+    import subprocess
+    import time
+    proc = subprocess.Popen(['sleep', '60'])
+    try:
+        alive = rj._start_ticks(proc.pid)
+        assert alive is not None and rj._alive(proc.pid, alive)
+        os.kill(proc.pid, signal.SIGKILL)
+        time.sleep(0.3)          # not reaped: a zombie
+        assert os.path.exists('/proc/%d' % proc.pid)
+        assert not rj._alive(proc.pid, alive)
+    finally:
+        proc.kill()
+        proc.wait()
