@@ -166,6 +166,15 @@ def write_private(path, text):
     os.rename(tmp, path)
 
 
+def sandbox(rundir):
+    """What the unit may do (docs/security.md): the daemon and the relay start as root only to bind, read the
+    secret, chroot and switch to the cache's owner; the file system is read-only but for the runtime directory
+    (the daemon's lock file), and no privilege can be gained back."""
+    return ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ProtectHome=yes', 'PrivateTmp=yes',
+            'ReadWritePaths=%s' % rundir, 'CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_SYS_CHROOT',
+            'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX']
+
+
 def relay_command(p, ids):
     """Write the relay's script and configuration to the run directory; the command that runs it."""
     uid, gid = ids
@@ -235,7 +244,8 @@ def main():
     write_private(p['config_path'], p['config'].rstrip('\n') + '\n')
     argv = [module.get_bin_path('systemd-run', required=True), '--unit=%s' % p['unit'],
             '--description=inkling.fleet hub cache peer copy (stopped when staging ends)', '--collect',
-            '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir'])]
+            '--property=ExecStopPost=+/bin/rm -rf %s %s %s' % (p['config_path'], p['secrets_path'], p['rundir'])]
+    argv += ['--property=%s' % prop for prop in sandbox(p['rundir'])]
     if p['runtime_max_s'] > 0:
         argv.append('--property=RuntimeMaxSec=%d' % p['runtime_max_s'])
     argv += ['/usr/bin/rsync', '--daemon', '--no-detach', '--config=%s' % p['config_path']]

@@ -60,9 +60,11 @@ def render_rsyncd(tmp, cache, port, rundir=None, address='127.0.0.1', fleet=None
     with open(secrets, 'w') as f:
         f.write('inkling-fleet:%s\n' % secret)
     os.chmod(secrets, 0o600)
+    rundir = rundir or os.path.join(cache, 'run')
+    os.makedirs(rundir, exist_ok=True)   # hf_peer_serve makes it before the daemon starts (its lock file is there)
     text = Templar(loader=DataLoader(), variables={
         'ansible_managed': 'test', '__hf_cache_peer_addr': address, 'hf_cache_peer_port': port,
-        '__hf_cache_peer_rundir': rundir or os.path.join(cache, 'run'),
+        '__hf_cache_peer_rundir': rundir,
         'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
         '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsyncd_excludes': EXCLUDES,
         '__hf_cache_peer_user': 'inkling-fleet', '__hf_cache_rsyncd_secrets': secrets,

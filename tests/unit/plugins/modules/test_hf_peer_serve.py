@@ -38,8 +38,12 @@ def test_writes_the_secret_root_only_and_starts_the_unit(tmp_path):
     assert (tmp_path / 'run').is_dir()
     argv = (tmp_path / 'argv').read_text().splitlines()
     assert '--unit=inkling-hf-rsyncd' in argv and '--config=%s' % (tmp_path / 'rsyncd.conf') in argv
-    assert '--property=ExecStopPost=/bin/rm -rf %s %s %s' % (
+    assert '--property=ExecStopPost=+/bin/rm -rf %s %s %s' % (
         tmp_path / 'rsyncd.conf', tmp_path / 'rsyncd.secrets', tmp_path / 'run') in argv
+    # sandboxed (issue 36, finding 8): read-only but for the runtime directory, no privilege gained back
+    for prop in ('NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=%s' % (tmp_path / 'run'),
+                 'CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_SYS_CHROOT'):
+        assert '--property=%s' % prop in argv, argv
     # the secret is in no argument and not in the result
     assert not [a for a in argv if 'run-secret' in a] and 'run-secret' not in str(res)
 
