@@ -418,14 +418,6 @@ SANDBOX = ['User=nobody', 'AmbientCapabilities=CAP_DAC_READ_SEARCH', 'Capability
            'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX']
 
 
-def write_root_only(path, text):
-    tmp = '%s.tmp.%d' % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, 'w') as f:
-        f.write(text)
-    os.rename(tmp, path)
-
-
 def served(module, p):
     files, left_out, total = list_set(module, p)
     host = p['address']
@@ -443,11 +435,12 @@ def served(module, p):
     os.chmod(rundir, 0o700)
     script = os.path.join(rundir, 'server.py')
     config = os.path.join(rundir, p['unit'] + '.json')
-    write_root_only(script, inspect.getsource(cache_seed_server))
-    write_root_only(config, json.dumps({
-        'address': host, 'port': p['port'], 'allow': allow, 'root': p['cache_dir'],
-        'token_sha256': cache_seed_server.token_digest(p['token']),
-        'files': dict((f['path'], f['size']) for f in files)}, indent=1, sort_keys=True))
+    with nofollow.opened_dir(rundir) as rfd:   # root-only files, never written through a link
+        nofollow.write_atomic('server.py', rfd, inspect.getsource(cache_seed_server).encode('utf-8'), 0o600)
+        nofollow.write_atomic(os.path.basename(config), rfd, json.dumps({
+            'address': host, 'port': p['port'], 'allow': allow, 'root': p['cache_dir'],
+            'token_sha256': cache_seed_server.token_digest(p['token']),
+            'files': dict((f['path'], f['size']) for f in files)}, indent=1, sort_keys=True).encode('utf-8'), 0o600)
     python = module.get_bin_path('python3', required=True)
     argv = ['systemd-run', '--unit=' + p['unit'], '--collect', '--property=RuntimeMaxSec=%d' % p['serve_s'],
             '--description=inkling.fleet compile cache seed (read-only, stops after %d s)' % p['serve_s'],
