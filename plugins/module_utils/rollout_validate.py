@@ -94,6 +94,12 @@ RULES = (
     ('rollout_warm_min_margin_gib', 'num', lambda v: v >= 0, 'a number of GiB >= 0'),
     ('rollout_cache_seed_port', 'int', lambda v: 1 <= v <= 65535, 'a TCP port, 1-65535'),
     ('rollout_cache_seed_serve_s', 'int', lambda v: v >= 60, 'a whole number of seconds >= 60'),
+    ('rollout_cache_seed_remote_code', 'bool', lambda v: True, 'true or false'),
+    ('rollout_cache_seed_allow', 'list', lambda v: all(isinstance(h, str) and h for h in v),
+     'a list of host names or addresses ([] for every host of the play)'),
+    ('rollout_hook_headers', 'dict', lambda v: all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+     'a dict of header name to string (from vault)'),
+    ('rollout_hook_stdin', 'str', lambda v: True, 'a string (from vault)'),
     ('rollout_hook_method', 'str', lambda v: v.upper() in HOOK_METHODS, 'one of ' + ', '.join(HOOK_METHODS)),
     ('rollout_canary_per_variant', 'bool', lambda v: True, 'true or false'),
     ('rollout_analysis', 'bool', lambda v: True, 'true or false (false: no canary analysis)'),
@@ -112,6 +118,9 @@ RULES = (
 )
 
 
+SECRET_SETTINGS = ('rollout_hook_headers', 'rollout_hook_stdin')
+
+
 def check_settings(settings):
     """Problems with the rollout_* values of one host (a dict; absent keys use the defaults)."""
     problems = []
@@ -119,9 +128,13 @@ def check_settings(settings):
         if name not in settings:
             continue
         value = settings[name]
-        parsed = {'int': _int, 'num': _num, 'bool': _bool, 'str': lambda v: v if isinstance(v, str) else None}[kind](value)
+        parsed = {'int': _int, 'num': _num, 'bool': _bool, 'str': lambda v: v if isinstance(v, str) else None,
+                  'list': lambda v: v if isinstance(v, list) else None,
+                  'dict': lambda v: v if isinstance(v, dict) else None}[kind](value)
         if parsed is None or not ok(parsed):
-            problems.append('%s is %r; expected %s' % (name, value, expected))
+            # a credential's value is never shown, only its type
+            shown = 'a %s' % type(value).__name__ if name in SECRET_SETTINGS else repr(value)
+            problems.append('%s is %s; expected %s' % (name, shown, expected))
     if 'rollout_serial' in settings:
         bad = serial_problem(settings['rollout_serial'])
         if bad:

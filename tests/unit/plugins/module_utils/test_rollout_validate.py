@@ -35,6 +35,10 @@ def test_bad_serials(serial, why):
     ({'rollout_gate_timeout_s': 0}, 'rollout_gate_timeout_s is 0; expected a whole number of seconds >= 1'),
     ({'rollout_gate_completion': 'maybe'}, "rollout_gate_completion is 'maybe'; expected true or false"),
     ({'rollout_hook_method': 'FETCH'}, "rollout_hook_method is 'FETCH'; expected one of GET"),
+    ({'rollout_cache_seed_remote_code': 'maybe'}, "rollout_cache_seed_remote_code is 'maybe'; expected true or false"),
+    ({'rollout_cache_seed_allow': 'lab-h200-01'}, "rollout_cache_seed_allow is 'lab-h200-01'; expected a list"),
+    ({'rollout_hook_headers': 'Bearer s3cret'}, 'rollout_hook_headers is a str; expected a dict of header name'),
+    ({'rollout_hook_headers': {'Authorization': 5}}, 'rollout_hook_headers is a dict; expected a dict of header'),
     ({'rollout_service_port': 70000}, 'rollout_service_port is 70000; expected a TCP port'),
     ({'rollout_serial': 0}, 'rollout_serial is 0: the batch 0'),
 ])
