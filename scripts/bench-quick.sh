@@ -7,8 +7,9 @@
 #
 # Needs the set-up (scripts/setup.sh) and the lab services (lab/lab.sh up --services-only);
 # starts the lab's four hosts for the benchmarks that need a serving fleet and removes them at
-# the end (the services stay). scripts/test.sh runs reverify, canary
-# and fanout as the step `bench-quick` (bench/README.md says why not the other two).
+# the end (the services stay). scripts/test.sh runs reverify, canary and fanout as the step
+# `bench-quick`, and connections and unavailability as `bench-quick-lab` at the end of molecule's
+# second lane (bench/README.md).
 #
 #   bash scripts/bench-quick.sh [NAME...]   NAME: reverify canary fanout connections unavailability
 set -uo pipefail

@@ -3,8 +3,8 @@
 # pip), lint (yamllint, ansible-lint production profile), ansible-test sanity, pytest
 # unit tests, the built collection installed and used from outside the repository (and
 # its execution environment definition), the README's set-up on a pristine Debian 12
-# root filesystem, the lab's own tests (tests/lab, against this checkout's lab services)
-# the benchmarks' quick modes that need no lab fleet (bench-quick) and the molecule
+# root filesystem, the lab's own tests (tests/lab, against this checkout's lab services),
+# the quick modes of every benchmark (bench-quick, bench-quick-lab) and the molecule
 # scenarios on the lab (podman, systemd containers).
 # Each step runs even when an earlier one failed; the exit status is non-zero if any
 # failed. The end shows each step's time and a line counting steps passed and failed.
@@ -72,9 +72,10 @@ lab_was_up=false
 step lab-services bash lab/lab.sh up --services-only
 step lab-tests pytest -q -rs tests/lab
 # The benchmarks that need no lab fleet, in their quick modes (about 1.5 minutes): they must
-# run to their end. connections and unavailability (about 6.5 minutes more, and the latter shapes
-# the lab registry's link, which the lanes share) are run by hand: scripts/bench-quick.sh.
+# run to their end. connections and unavailability need the lab's own hosts (about 6.5 minutes):
+# they run at the end of molecule's second lane, which ends about 10 minutes before the first.
 step bench-quick bash scripts/bench-quick.sh reverify canary fanout
+lab_bench() { bash scripts/bench-quick.sh connections unavailability; }
 # Molecule in two lanes: `default` (the longest, the lab end to end) and `replica`, both over
 # SSH, beside the role scenarios one after the other (each lane about 30 minutes of a 2-core
 # machine). Most of a scenario's time is waiting on containers and servers starting, so two
@@ -94,18 +95,24 @@ if [ ${#lane_scenarios[@]} -gt 0 ]; then
       molecule test -s "$s" || rc=$?
       echo "molecule:$s $rc $((SECONDS - t0))" >> "$lane_results"
     done
+    t0=$SECONDS rc=0
+    echo; echo "=== step: bench-quick-lab (second lane)"
+    lab_bench || rc=$?
+    echo "bench-quick-lab $rc $((SECONDS - t0))" >> "$lane_results"
   ) > "$lane_log" 2>&1 &
   lane_pid=$!
 fi
 for s in "${main_scenarios[@]}"; do
   step "molecule:$s" molecule test -s "$s"
 done
+# One lane: the lab benchmarks after the scenarios.
+[ -n "$lane_pid" ] || step bench-quick-lab lab_bench
 if [ -n "$lane_pid" ]; then
   wait "$lane_pid"
   cat "$lane_log"
   while read -r name rc secs; do record "$name" "$rc" "$secs"; done < "$lane_results"
-  for s in "${lane_scenarios[@]}"; do
-    grep -q "^molecule:$s " "$lane_results" || record "molecule:$s" 1 0
+  for name in "${lane_scenarios[@]/#/molecule:}" bench-quick-lab; do
+    grep -q "^$name " "$lane_results" || record "$name" 1 0
   done
 fi
 rm -f "$lane_log" "$lane_results"

@@ -43,17 +43,31 @@ def test_bench_quick_runs_the_quick_modes():
         assert '--quick' in line or ('connections.py' in line and '--runs 1' in line), line
 
 
-def test_ci_runs_bench_quick():
+def _test_sh():
     with open(os.path.join(REPO, 'scripts', 'test.sh')) as f:
-        m = re.search(r'^\s*step bench-quick bash scripts/bench-quick\.sh(.*)$', f.read(), flags=re.M)
+        return f.read()
+
+
+def test_ci_runs_bench_quick():
+    m = re.search(r'^\s*step bench-quick bash scripts/bench-quick\.sh(.*)$', _test_sh(), flags=re.M)
     assert m
     ci = m.group(1).split()
     # the benchmarks that need no lab fleet; an empty list would run all of them
     assert ci and set(ci) <= set(re.findall(r'^\s*bench (\S+) python', _script(), flags=re.M))
     for name in ('reverify', 'canary', 'fanout'):
         assert name in ci
-    with open(os.path.join(REPO, 'bench', 'README.md')) as f:
-        readme = f.read()
-    for name in set(re.findall(r'^\s*bench (\S+) python', _script(), flags=re.M)) - set(ci):
-        # what CI leaves out is run by hand, and the README says so
-        assert 'bench-quick.sh connections unavailability' in readme and name in readme, name
+
+
+def test_ci_runs_every_benchmark():
+    """The lab benchmarks run in molecule's second lane (or after the scenarios with one lane):
+    between them, the two CI steps name every benchmark bench-quick.sh knows."""
+    text = _test_sh()
+    first = re.search(r'^\s*step bench-quick bash scripts/bench-quick\.sh(.*)$', text, flags=re.M).group(1).split()
+    lab = re.search(r'^lab_bench\(\) \{ bash scripts/bench-quick\.sh ([^;]*);', text, flags=re.M)
+    assert lab, 'scripts/test.sh defines no lab_bench'
+    assert set(lab.group(1).split()) == {'connections', 'unavailability'}
+    assert set(first) | set(lab.group(1).split()) == set(re.findall(r'^\s*bench (\S+) python', _script(), flags=re.M))
+    # called in the second lane and, with one lane, as a step of its own
+    assert re.search(r'^\s+lab_bench \|\| rc=\$\?$', text, flags=re.M)
+    assert re.search(r'^\[ -n "\$lane_pid" \] \|\| step bench-quick-lab lab_bench$', text, flags=re.M)
+    assert 'bench-quick-lab $rc' in text
