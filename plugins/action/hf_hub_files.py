@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Action plugin inkling.fleet.hf_hub_files: the hub's file list of one commit, fetched on the controller.
+"""Action plugin inkling.fleet.hf_hub_files: the commit of a revision and its file list, fetched on the controller.
 
 Documentation: plugins/modules/hf_hub_files.py. The decisions (what the answer must hold, the patterns) are
-``hf_fanout.hub_files``; this file only asks the hub."""
+``hf_fanout.hub_commit`` and ``hub_files``; this file only asks the hub."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -47,14 +47,18 @@ class ActionModule(ActionBase):
                                            'controller reaches it, and check hf_cache_token.'
                           % (args['repo_id'], args['revision'][:12], args['endpoint'], type(exc).__name__, msg))
             return result
-        files, error = hf_fanout.hub_files(info, args['revision'], args['allow_patterns'], args['ignore_patterns'])
+        # a branch or tag is the commit the hub names now, asked here: never a peer's report (issue 36, finding 6)
+        commit, error = hf_fanout.hub_commit(info, args['revision'])
+        files = None
+        if not error:
+            files, error = hf_fanout.hub_files(info, commit, args['allow_patterns'], args['ignore_patterns'])
         if error:
             result.update(failed=True, msg='the hub\'s file list of %s@%s from %s is not usable: %s'
                           % (args['repo_id'], args['revision'][:12], args['endpoint'], error))
             return result
-        result.update(changed=False, files=files, revision=args['revision'], files_total=len(files),
+        result.update(changed=False, files=files, revision=commit, files_total=len(files),
                       bytes_total=sum(f['size'] for f in files),
                       msg='%d files, %d bytes of %s@%s, from %s' % (
-                          len(files), sum(f['size'] for f in files), args['repo_id'], args['revision'][:12],
+                          len(files), sum(f['size'] for f in files), args['repo_id'], commit[:12],
                           args['endpoint']))
         return result

@@ -26,6 +26,8 @@ ARGUMENT_SPEC = dict(
 ROLLOUT_VARS = [name for name, _k, _c, _e in checks.RULES] + ['rollout_serial']
 TABLE_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
                           'variants.yml')
+PREFLIGHT_DEFAULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
+                                  'main.yml')
 GOLDEN_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'rollout', 'defaults', 'main',
                            'golden_set.yml')
 
@@ -39,6 +41,13 @@ def _shipped_table():
     with open(TABLE_FILE) as f:
         data = yaml.safe_load(f)
     return data['preflight_variant_table'], data['preflight_variant_table_schema_version']
+
+
+def _shipped_model():
+    """The preflight role's defaults for the model and the tensor parallel size (plain values)."""
+    with open(PREFLIGHT_DEFAULTS) as f:
+        data = yaml.safe_load(f)
+    return data['preflight_model'], data['preflight_tensor_parallel_size']
 
 
 def _get(hv, name):
@@ -162,4 +171,17 @@ class ActionModule(ActionBase):
         except variants.VariantTableError as e:
             return ['variant table (with preflight_variant_overrides): %s. Remedy: fix the override (docs/variants.md)'
                     % err for err in e.errors]
-        return []
+        # remote code runs only from a pinned commit: every entry this host could be given (issue 36, finding 6)
+        values = list(_shipped_model())
+        for index, name in enumerate(('preflight_model', 'preflight_tensor_parallel_size')):
+            present, value, error = _get(hv, name)
+            if error:
+                return ['%s cannot be resolved: %s' % (name, error)]
+            if present:
+                values[index] = value
+        try:
+            tp_size = int(values[1])
+        except (TypeError, ValueError):
+            return []   # the preflight role's argument spec names it
+        return ['variant table (with preflight_variant_overrides): %s' % problem
+                for problem in variants.unpinned_candidates(merged, values[0], tp_size)]

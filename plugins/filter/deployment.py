@@ -2,7 +2,7 @@
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
 """Filters of the rollout: the deployment contract (plugins/module_utils/contract.py), restart
-reasons (rollout.py) and variant override layers (variant.py)."""
+reasons (rollout.py), variant override layers and the remote code pin (variant.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -37,7 +37,18 @@ def merge_variant_overrides(values, names):
         raise AnsibleFilterError('; '.join(e.errors))
 
 
+def remote_code_problem(variant, revision=None):
+    """'' or why the variant runs remote code from a revision that is not a 40-hex commit (issue 36, finding 6)."""
+    if not isinstance(variant, dict):
+        return ''
+    entry = dict(variant)
+    if revision is not None:
+        entry['model'] = dict(entry.get('model') or {}, revision=revision)
+    return variant_table.remote_code_problem(entry.get('name') or '?', entry) or ''
+
+
 class FilterModule(object):
     def filters(self):
         return {'deployment_contract': deployment_contract, 'deployment_pinned': deployment_pinned,
-                'restart_reasons': restart_reasons, 'merge_variant_overrides': merge_variant_overrides}
+                'restart_reasons': restart_reasons, 'merge_variant_overrides': merge_variant_overrides,
+                'remote_code_problem': remote_code_problem}

@@ -40,8 +40,8 @@ def hf_peer_seeds(peer_hosts, hostvars, play_hosts, count):
     return hf_fanout.pick_seeds(list(peer_hosts), peer_states(peer_hosts, hostvars, play_hosts), count)
 
 
-def hf_peer_plan(peer_hosts, hostvars, play_hosts):
-    return hf_fanout.plan(list(peer_hosts), peer_states(peer_hosts, hostvars, play_hosts))
+def hf_peer_plan(peer_hosts, hostvars, play_hosts, commit=''):
+    return hf_fanout.plan(list(peer_hosts), peer_states(peer_hosts, hostvars, play_hosts), commit)
 
 
 def hf_peer_failures(fanout, hostvars, play_hosts):

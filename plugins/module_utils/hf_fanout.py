@@ -11,7 +11,8 @@ Each takes the ordered peer names and a state per host that takes part::
      'planned_revision': str,   # the commit its hub plan resolved (seeds; '' otherwise)
      'run': str}                # the run id of its staging
 
-The filter plugins in ``plugins/filter/hf_fanout.py`` build these states from ``hostvars``; the role's
+The commit to copy is never a peer's: the controller asks the hub (``hub_commit``, ``hub_files``) and
+``plan`` takes its answer. The filter plugins in ``plugins/filter/hf_fanout.py`` build these states from ``hostvars``; the role's
 task files only sequence. Which host takes each file from which (the relay) is ``relay_parents`` and
 ``relay_sources`` below, used by each receiver's ``hf_peer_copy`` job; ``schedule`` models its completion time.
 """
@@ -19,6 +20,8 @@ task files only sequence. Which host takes each file from which (the relay) is `
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import re
 
 
 def _taking_part(peers, states):
@@ -39,14 +42,17 @@ def pick_seeds(peers, states, count):
     return peers[:max(int(count), 0)]
 
 
-def plan(peers, states):
-    """Who serves and who copies, once the seeds planned against the hub.
+def plan(peers, states, commit=''):
+    """Who serves and who copies, once the controller asked the hub for the commit (and the seeds planned).
 
     Returns ``{'peers', 'seeds', 'holders', 'commit', 'roots', 'receivers', 'run'}``:
 
-    - ``commit``: what every receiver copies: the first seed's resolved commit, else the commit the
-      first holder holds, else '' (nothing to copy);
-    - ``roots``: the hosts the tree grows from: the seeds and the holders of that commit;
+    - ``commit``: what every receiver copies: the ``commit`` the controller's hub answer named for the
+      configured revision (plugin hf_hub_files), never what a peer reports; '' when the controller did not
+      ask (check mode, or every host holds the snapshot): then nothing is copied;
+    - ``roots``: the hosts the tree grows from: the seeds whose own hub plan resolved that commit and the
+      holders of that commit (what a peer reports only decides whom to ask; receivers check every byte
+      against the controller's file list);
     - ``receivers``: every other host taking part, holders of another commit included (they copy);
     - ``run``: one id shared by the hosts of this staging (the first peer's), naming the files
       by which a receiver that gave up tells the others.
@@ -54,10 +60,9 @@ def plan(peers, states):
     peers = _taking_part(peers, states)
     seeds = [p for p in peers if states[p].get('is_seed')]
     holders = [p for p in peers if states[p].get('holder')]
-    commit = next((states[s]['planned_revision'] for s in seeds if states[s].get('planned_revision')), '')
-    if not commit:
-        commit = next((states[h]['held_revision'] for h in holders if states[h].get('held_revision')), '')
-    roots = seeds + [h for h in holders if h not in seeds and commit and states[h].get('held_revision') == commit]
+    commit = commit or ''
+    roots = [s for s in seeds if commit and states[s].get('planned_revision') == commit]
+    roots += [h for h in holders if h not in roots and commit and states[h].get('held_revision') == commit]
     return {
         'peers': peers,
         'seeds': seeds,
@@ -219,6 +224,22 @@ def best_degree(hosts, sizes, rate_bps, degrees=(1, 2, 3, 4), **kw):
 # --------------------------------------------------------------------------
 # the hub's file list, fetched once by the controller (action plugin hf_hub_files)
 # --------------------------------------------------------------------------
+
+COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
+
+
+def hub_commit(info, revision):
+    """``(commit, error)``: the commit the hub's answer for ``revision`` (a branch, tag or commit) names.
+    For a commit the answer must be that commit; for a branch or tag it is whatever the hub says now."""
+    if not isinstance(info, dict):
+        return None, 'the hub answered %s, not a model description' % type(info).__name__
+    sha = info.get('sha')
+    if not (isinstance(sha, str) and COMMIT_RE.match(sha)):
+        return None, 'the hub names no commit (sha %r) for revision %r' % (sha, revision)
+    if COMMIT_RE.match(revision or '') and sha != revision:
+        return None, 'the hub describes commit %r, not %s' % (sha, revision)
+    return sha, None
+
 
 def hub_files(info, commit, allow_patterns=None, ignore_patterns=None):
     """The files of ``commit`` from the hub's model info (``GET /api/models/REPO/revision/COMMIT?blobs=true``):

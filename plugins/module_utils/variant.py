@@ -183,6 +183,56 @@ def is_revision(value):
     return not (value.startswith(('/', '.', '-')) or value.endswith(('/', '.', '.lock')))
 
 
+COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
+REMOTE_CODE_FLAG = '--trust-remote-code'
+
+
+def runs_remote_code(entry):
+    """True when the entry's vLLM arguments (node_args too) run the model repository's own Python code."""
+    args = list(entry.get('vllm_args') or [])
+    for role_args in (entry.get('node_args') or {}).values():
+        args.extend(role_args or [])
+    for arg in args:
+        flag, _sep, value = str(arg).partition('=')
+        if flag == REMOTE_CODE_FLAG and value.lower() not in ('false', '0', 'no'):
+            return True
+    return False
+
+
+def remote_code_problem(name, entry):
+    """None, or why an entry that runs remote code is not pinned to a commit (issue 36, finding 6):
+    a branch or tag is whatever commit it points to when a host stages, so anyone who can push to the
+    repository (or a peer that reports another commit) would choose the code the servers run."""
+    if not runs_remote_code(entry):
+        return None
+    model = entry.get('model') or {}
+    revision = model.get('revision')
+    if isinstance(revision, str) and COMMIT_RE.match(revision):
+        return None
+    return ('entry %r: vllm_args have %s, which runs the Python code of %s as the server, but model.revision is %r, '
+            'not a 40-hex commit: the code would be whatever commit it names when a host stages. Remedy: pin '
+            'model.revision to the commit you validated, in lower case (preflight_variant_overrides: {%s: {model: '
+            '{revision: <40-hex>}}}; the hub\'s commit of a branch: GET <hub>/api/models/%s/revision/%s, field sha), '
+            'or disable the entry (enabled: false); docs/variants.md, "Pinned revisions"'
+            % (name, REMOTE_CODE_FLAG, model.get('repo_id'), revision, name, model.get('repo_id'), revision or 'main'))
+
+
+def unpinned_candidates(table, model, tensor_parallel_size):
+    """remote_code_problem of every enabled entry a host could be given for this model and tensor parallel size
+    (what play 0 checks once, before any host is touched)."""
+    problems = []
+    for name in sorted(table):
+        entry = table[name]
+        if not (isinstance(entry, dict) and entry.get('enabled', True)):
+            continue
+        if (entry.get('model') or {}).get('repo_id') != model or entry.get('tensor_parallel_size') != tensor_parallel_size:
+            continue
+        problem = remote_code_problem(name, entry)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 def version_tuple(version):
     return tuple(int(part) for part in re.findall(r'\d+', version or ''))
 

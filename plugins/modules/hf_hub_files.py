@@ -9,16 +9,18 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: hf_hub_files
-short_description: Fetch the hub's file list of one commit (sizes and hashes) on the controller
+short_description: Fetch the commit of a revision and its file list (sizes and hashes) on the controller
 version_added: "0.2.0"
 description:
-  - Asks the hub (C(GET /api/models/REPO/revision/COMMIT?blobs=true), what C(huggingface_hub)'s
-    C(model_info(files_metadata=True)) reads) for every file of O(revision) with its size and hash (sha256 of
+  - Asks the hub (C(GET /api/models/REPO/revision/REVISION?blobs=true), what C(huggingface_hub)'s
+    C(model_info(files_metadata=True)) reads) for the commit of O(revision) and every file of it with its size and hash (sha256 of
     the content for LFS files, the git blob sha1 for the small ones), keeps those the allow/ignore patterns
     select, and returns them.
   - 'An action plugin: the request runs on the controller, once (use C(run_once: true)); the C(peer) fan-out of
     the C(inkling.fleet.hf_cache) role hands the result to every receiver (option C(files) of M(inkling.fleet.hf_peer_copy)),
     which checks every byte it receives against it, never against anything a peer serves.'
+  - 'The commit a peer fan-out copies is the one returned here (C(revision)), never one a peer reports: for a
+    branch or tag it is the commit the hub names now; for a commit, the hub must answer for that commit.'
   - Fails, before anything changes, when the hub cannot be read or answers for another commit, naming the remedy.
 author:
   - inkling.fleet contributors (@inkling-fleet)
@@ -32,7 +34,7 @@ options:
     type: str
     required: true
   revision:
-    description: The 40-hex commit.
+    description: A branch, tag or 40-hex commit.
     type: str
     required: true
   token:
@@ -64,7 +66,7 @@ EXAMPLES = r'''
   inkling.fleet.hf_hub_files:
     endpoint: https://huggingface.co
     repo_id: thinkingmachines/Inkling-NVFP4
-    revision: "{{ fanout.commit }}"
+    revision: main
     token: "{{ hf_token }}"
   run_once: true
   register: hub_files
@@ -77,7 +79,7 @@ files:
   type: list
   elements: dict
 revision:
-  description: The commit.
+  description: The 40-hex commit the hub named for O(revision).
   returned: success
   type: str
 files_total:

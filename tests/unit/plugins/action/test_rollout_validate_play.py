@@ -22,13 +22,21 @@ INVENTORY = '''all:
   vars:
     ansible_connection: local
     ansible_python_interpreter: {python}
+{pins}
 {extra}
 '''
 
+# Every entry a host could be given runs --trust-remote-code: a fleet pins the commit (finding 6).
+COMMIT = '0123456789abcdef0123456789abcdef01234567'
+PINS = '''    preflight_variant_overrides_pins:
+      sm90-patched: {{model: {{revision: "{c}"}}}}
+      sm100: {{model: {{revision: "{c}"}}}}
+      sm90-h100-2node: {{model: {{revision: "{c}"}}}}'''.format(c=COMMIT)
 
-def run(tmp_path, *args, host3='', extra='', playbook=PLAYBOOK, env_extra=None):
+
+def run(tmp_path, *args, host3='', extra='', playbook=PLAYBOOK, env_extra=None, pins=PINS):
     inv = tmp_path / 'inventory.yml'
-    inv.write_text(INVENTORY.format(python=sys.executable, host3=host3, extra=extra))
+    inv.write_text(INVENTORY.format(python=sys.executable, host3=host3, extra=extra, pins=pins))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                XDG_STATE_HOME=str(tmp_path / 'state'), **(env_extra or {}))
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(inv), playbook] + list(args)
@@ -62,10 +70,32 @@ def test_a_host_pattern_that_matches_nothing_is_refused(tmp_path):
 
 
 def test_a_revision_with_spaces_is_refused_before_staging(tmp_path):
-    proc, out = run(tmp_path, extra='    preflight_variant_overrides: {sm90-patched: {model: {revision: "my branch"}}}')
+    proc, out = run(tmp_path, pins='',
+                    extra='    preflight_variant_overrides: {sm90-patched: {model: {revision: "my branch"}}}')
     assert_refused_before_any_host(proc, out)
     assert "entry 'sm90-patched': model.revision must be a branch, tag or commit" in out
     assert "got 'my branch'" in out
+
+
+def test_remote_code_from_a_branch_is_refused_for_every_candidate_entry(tmp_path):
+    """The shipped table runs --trust-remote-code from revision main: whoever moves main (or a peer that
+    reports another commit) would choose the code the servers run. Play 0 names each entry a host of this
+    model and tensor parallel size could be given, once; entries of another model (Inkling-Small) are not asked."""
+    proc, out = run(tmp_path, pins='', extra='    preflight_variant_overrides: {sm100: {model: {revision: "%s"}}}'
+                    % COMMIT)
+    assert_refused_before_any_host(proc, out)
+    assert '2 problem(s)' in out
+    for name in ('sm90-patched', 'sm90-h100-2node'):
+        assert ("entry '%s': vllm_args have --trust-remote-code, which runs the Python code of "
+                "thinkingmachines/Inkling-NVFP4 as the server, but model.revision is 'main', not a 40-hex commit" % name) in out
+        assert 'preflight_variant_overrides: {%s: {model: {revision: <40-hex>}}}' % name in out
+    assert "entry 'sm100'" not in out and 'small-tp2' not in out
+    # a tag is no better than a branch; a 40-hex commit in upper case is not what the hub names
+    proc, out = run(tmp_path, pins='', extra='    preflight_variant_overrides: {sm100: {model: {revision: "v1.0"}}, '
+                    'sm90-patched: {model: {revision: "%s"}}}' % COMMIT.upper())
+    assert_refused_before_any_host(proc, out)
+    assert "entry 'sm100': vllm_args have --trust-remote-code" in out and "model.revision is 'v1.0'" in out
+    assert "entry 'sm90-patched': vllm_args have --trust-remote-code" in out
 
 
 @pytest.mark.parametrize('tags', [['--tags', 'restart'], ['--skip-tags', 'stage']])

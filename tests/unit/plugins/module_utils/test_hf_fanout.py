@@ -26,9 +26,9 @@ def test_no_seed_when_a_host_holds_the_snapshot():
     assert hf_fanout.pick_seeds(['h1', 'h2', 'h3'], states, 1) == []
 
 
-def test_plan_with_a_seed_copies_the_commit_the_seed_resolved():
+def test_plan_with_a_seed_copies_the_controllers_commit_the_seed_resolved():
     states = {'h1': st(is_seed=True, planned=A, run='r-h1'), 'h2': st(run='r-h2'), 'h3': st()}
-    plan = hf_fanout.plan(['h1', 'h2', 'h3', 'gone'], states)
+    plan = hf_fanout.plan(['h1', 'h2', 'h3', 'gone'], states, A)
     assert plan == {'peers': ['h1', 'h2', 'h3'], 'seeds': ['h1'], 'holders': [], 'commit': A, 'roots': ['h1'],
                     'receivers': ['h2', 'h3'], 'run': 'r-h1'}
 
@@ -36,17 +36,51 @@ def test_plan_with_a_seed_copies_the_commit_the_seed_resolved():
 def test_plan_with_holders_roots_only_the_holders_of_the_commit():
     # h1 holds A, h2 holds B (an older commit), h3 nothing: h2 copies A like h3
     states = {'h1': st(holder=True, held=A), 'h2': st(holder=True, held=B), 'h3': st()}
-    plan = hf_fanout.plan(['h1', 'h2', 'h3'], states)
+    plan = hf_fanout.plan(['h1', 'h2', 'h3'], states, A)
     assert plan['commit'] == A and plan['roots'] == ['h1'] and plan['receivers'] == ['h2', 'h3']
     assert plan['holders'] == ['h1', 'h2'] and plan['seeds'] == []
 
 
-def test_plan_without_any_commit_has_no_roots():
-    states = {'h1': st(is_seed=True), 'h2': st()}          # the seed's plan did not resolve (it failed)
-    plan = hf_fanout.plan(['h1', 'h2'], states)
-    assert plan['commit'] == '' and plan['roots'] == ['h1']
+def test_plan_without_the_controllers_commit_has_no_roots():
+    # the controller did not ask the hub (check mode): nothing is copied, whatever the peers report
+    states = {'h1': st(is_seed=True, planned=A), 'h2': st(holder=True, held=A), 'h3': st()}
+    plan = hf_fanout.plan(['h1', 'h2', 'h3'], states)
+    assert plan['commit'] == '' and plan['roots'] == []
+    # the seed's plan did not resolve (it failed): it is no root
+    plan = hf_fanout.plan(['h1', 'h2'], {'h1': st(is_seed=True), 'h2': st()}, A)
+    assert plan['commit'] == A and plan['roots'] == []
     assert hf_fanout.plan([], {}) == {'peers': [], 'seeds': [], 'holders': [], 'commit': '', 'roots': [],
                                       'receivers': [], 'run': ''}
+
+
+def test_a_peers_claimed_commit_is_never_the_commit_copied():
+    """Finding 6 of issue 36: a holder that reports another commit (a planted ref, or main moved on) is
+    neither the source of the commit nor a root; it copies the controller's commit like any receiver."""
+    states = {'h1': st(holder=True, held=B), 'h2': st(holder=True, held=A), 'h3': st()}
+    plan = hf_fanout.plan(['h1', 'h2', 'h3'], states, A)
+    assert plan['commit'] == A and plan['roots'] == ['h2'] and plan['receivers'] == ['h1', 'h3']
+    # no host holds the controller's commit: no root at all, not the first holder's
+    plan = hf_fanout.plan(['h1', 'h3'], {'h1': st(holder=True, held=B), 'h3': st()}, A)
+    assert plan['commit'] == A and plan['roots'] == [] and plan['receivers'] == ['h1', 'h3']
+
+
+def test_a_seed_whose_plan_resolved_another_commit_is_no_root():
+    # the branch moved between the controller's answer and the seed's plan
+    states = {'h1': st(is_seed=True, planned=B), 'h2': st(is_seed=True, planned=A), 'h3': st()}
+    plan = hf_fanout.plan(['h1', 'h2', 'h3'], states, A)
+    assert plan['seeds'] == ['h1', 'h2'] and plan['roots'] == ['h2'] and plan['receivers'] == ['h1', 'h3']
+
+
+def test_hub_commit_of_a_branch_a_commit_and_bad_answers():
+    assert hf_fanout.hub_commit({'sha': A}, 'main') == (A, None)
+    assert hf_fanout.hub_commit({'sha': A}, A) == (A, None)
+    commit, error = hf_fanout.hub_commit({'sha': B}, A)
+    assert commit is None and 'not ' + A in error
+    for info in ({}, {'sha': None}, {'sha': 'abc'}, {'sha': A.upper()}):
+        commit, error = hf_fanout.hub_commit(info, 'main')
+        assert commit is None and 'names no commit' in error, info
+    commit, error = hf_fanout.hub_commit(['x'], 'main')
+    assert commit is None and 'list' in error
 
 
 def test_failures_none_when_the_seed_holds():
@@ -86,7 +120,7 @@ def test_the_filters_read_the_roles_facts_from_hostvars():
     })
     play = ['h1', 'h2', 'h3', 'other']
     assert filters.hf_peer_seeds(['h1', 'h2', 'h3', 'other'], hv, play, 1) == []     # h2 holds B
-    plan = filters.hf_peer_plan(['h1', 'h2', 'h3', 'other'], hv, play)
+    plan = filters.hf_peer_plan(['h1', 'h2', 'h3', 'other'], hv, play, A)
     assert plan == {'peers': ['h1', 'h2', 'h3'], 'seeds': ['h1'], 'holders': ['h2'], 'commit': A, 'roots': ['h1'],
                     'receivers': ['h2', 'h3'], 'run': 'r1'}
     # h1's download failed and it left the play

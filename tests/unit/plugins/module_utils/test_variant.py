@@ -422,3 +422,50 @@ def test_the_table_and_staging_agree_on_references(ref, table):
     with pytest.raises(vt.VariantTableError) as err:
         select(facts_from_rows(h200_rows(8)), BIG, 8, table, overrides={'sm90-patched': {'image': {'reference': ref}}})
     assert str(staged.value) in str(err.value)
+
+
+# --- Remote code runs only from a pinned commit (issue 36, finding 6) ---------------------------------------
+
+COMMIT = 'fedcba9876543210fedcba9876543210fedcba98'
+
+
+@pytest.mark.parametrize('entry,expected', [
+    ({'vllm_args': ['--trust-remote-code']}, True),
+    ({'vllm_args': ['--trust-remote-code=True']}, True),
+    ({'vllm_args': ['--trust-remote-code=false']}, False),
+    ({'vllm_args': ['--trust-remote-code=0']}, False),
+    ({'vllm_args': ['--tokenizer-mode', 'inkling']}, False),
+    ({'vllm_args': [], 'node_args': {'worker': ['--headless', '--trust-remote-code']}}, True),   # a worker runs it too
+    ({}, False),
+])
+def test_remote_code_is_found_in_vllm_args_and_node_args(entry, expected):
+    assert vt.runs_remote_code(entry) is expected
+
+
+def test_a_remote_code_entry_from_a_branch_is_named_with_its_remedy():
+    entry = {'vllm_args': ['--trust-remote-code'], 'model': {'repo_id': 'org/name', 'revision': 'main'}}
+    problem = vt.remote_code_problem('sm90-patched', entry)
+    assert "entry 'sm90-patched'" in problem and 'org/name' in problem and "model.revision is 'main'" in problem
+    assert 'preflight_variant_overrides: {sm90-patched: {model: {revision: <40-hex>}}}' in problem
+    assert 'enabled: false' in problem
+    for revision in (COMMIT.upper(), COMMIT[:12], 'v1.0', None):
+        entry['model']['revision'] = revision
+        assert vt.remote_code_problem('sm90-patched', entry)
+    entry['model']['revision'] = COMMIT
+    assert vt.remote_code_problem('sm90-patched', entry) is None
+    assert vt.remote_code_problem('x', {'vllm_args': [], 'model': {'revision': 'main'}}) is None
+
+
+def test_the_shipped_table_names_every_candidate_of_the_model_and_tp_size(table):
+    names = [p.split("'")[1] for p in vt.unpinned_candidates(table, 'thinkingmachines/Inkling-NVFP4', 8)]
+    assert names == sorted(n for n, e in table.items() if e.get('enabled', True) and vt.runs_remote_code(e)
+                           and e['model']['repo_id'] == 'thinkingmachines/Inkling-NVFP4'
+                           and e['tensor_parallel_size'] == 8)
+    assert {'sm90-patched', 'sm100'} <= set(names)
+    pinned = copy.deepcopy(table)
+    for name in names:
+        pinned[name]['model']['revision'] = COMMIT
+    assert vt.unpinned_candidates(pinned, 'thinkingmachines/Inkling-NVFP4', 8) == []
+    pinned[names[0]]['model']['revision'] = 'main'
+    pinned[names[0]]['enabled'] = False                 # a disabled entry is never given to a host
+    assert vt.unpinned_candidates(pinned, 'thinkingmachines/Inkling-NVFP4', 8) == []
