@@ -294,8 +294,37 @@ class Stream(object):
             pass
 
 
+def confine(cfg):
+    """Serve from inside the hub cache as the serving user, never as root (issue 36, finding 8), once the port is
+    bound and the secret read: chroot to cfg['root'] (the hub cache folder, which holds the repository's blobs and
+    inbox: the relay reaches nothing else of the host, whatever the modes of the folders above it), then switch to
+    uid/gid. The repository's own folder may not exist yet (a receiver before its first blob), so the root is the
+    cache folder above it. A chroot that fails is said in the unit's log and the relay still switches user: the
+    relay never serves as root. Without root (or without a root folder) only the switch applies."""
+    root = cfg.get('root')
+    if root and os.getuid() == 0:
+        moved = {}
+        for key in ('blobs_dir', 'inbox'):
+            rel = os.path.relpath(cfg[key], root)
+            if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+                moved = None
+                break
+            moved[key] = os.path.join('/', rel)
+        try:
+            if moved is None:
+                raise OSError('the blobs and the inbox are not inside %s' % root)
+            os.chroot(root)
+            os.chdir('/')
+            cfg.update(moved)
+        except OSError as exc:
+            sys.stderr.write('inkling relay: cannot confine itself to %s (%s); serving unconfined, as uid %s\n'
+                             % (root, exc, cfg.get('uid')))
+            sys.stderr.flush()
+    drop_privileges(cfg.get('uid'), cfg.get('gid'))
+
+
 def drop_privileges(uid, gid):
-    """Serve as the cache's owner, not as root (once the port is bound and the secret read)."""
+    """Serve as the serving user, not as root (once the port is bound and the secret read)."""
     if os.getuid() != 0 or (uid is None and gid is None):
         return
     os.setgroups([])
@@ -323,7 +352,7 @@ def main(argv):
             os.execv(argv[3], argv[3:])
         return 1
     child = subprocess.Popen(argv[3:]) if len(argv) > 3 else None
-    drop_privileges(cfg.get('uid'), cfg.get('gid'))
+    confine(cfg)
     sys.stderr.write('inkling relay: serving %s on %s port %d to %d fleet address(es)\n'
                      % (cfg['blobs_dir'], cfg['address'], cfg['port'], len(cfg['allow'])))
     sys.stderr.flush()

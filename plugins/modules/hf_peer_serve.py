@@ -86,7 +86,10 @@ options:
     type: int
     default: 0
   relay_repo_dir:
-    description: The repository's folder in the hub cache (C(CACHE/models--ORG--NAME)); required with O(relay_port).
+    description:
+      - The repository's folder in the hub cache (C(CACHE/models--ORG--NAME)); required with O(relay_port).
+      - The relay serves from inside the hub cache folder above it only (chroot; the repository's own folder does not
+        exist yet on a receiver before its first blob); its blobs and its inbox of arriving files are there.
     type: path
   relay_allow:
     description: The fleet's addresses the relay answers (the daemon's C(hosts allow)).
@@ -94,7 +97,11 @@ options:
     elements: str
     default: []
   relay_owner:
-    description: The user the relay serves as, once its port is bound and the secret read (the cache's owner).
+    description:
+      - The user the relay serves as, once its port is bound and the secret read (the role passes its dedicated
+        unprivileged serving user, C(hf_cache_peer_serve_user)).
+      - Run as root, the relay first confines itself to the hub cache that holds O(relay_repo_dir) (chroot), so
+        that it reaches nothing else of the host.
     type: str
   relay_group:
     description: The group the relay serves as.
@@ -168,7 +175,7 @@ def write_private(path, text):
 
 def sandbox(rundir):
     """What the unit may do (docs/security.md): the daemon and the relay start as root only to bind, read the
-    secret, chroot and switch to the cache's owner; the file system is read-only but for the runtime directory
+    secret, chroot and switch to the serving user (a dedicated unprivileged one); the file system is read-only but for the runtime directory
     (the daemon's lock file), and no privilege can be gained back."""
     return ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ProtectHome=yes', 'PrivateTmp=yes',
             'ReadWritePaths=%s' % rundir, 'CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_SYS_CHROOT',
@@ -181,7 +188,8 @@ def relay_command(p, ids):
     cfg = {'address': p['address'], 'port': p['relay_port'], 'allow': sorted(set(p['relay_allow'])),
            'secrets_file': p['secrets_path'], 'user': p['user'],
            'blobs_dir': os.path.join(p['relay_repo_dir'], 'blobs'), 'inbox': hf_peer_fetch.inbox_dir(p['relay_repo_dir']),
-           'hold_s': p['relay_hold_s'], 'stall_s': p['relay_stall_s'], 'uid': uid, 'gid': gid}
+           'hold_s': p['relay_hold_s'], 'stall_s': p['relay_stall_s'], 'uid': uid, 'gid': gid,
+           'root': os.path.dirname(p['relay_repo_dir'].rstrip('/'))}
     script = os.path.join(p['rundir'], 'relay.py')
     config = os.path.join(p['rundir'], 'relay.json')
     write_private(script, inspect.getsource(hf_peer_relay))

@@ -18,6 +18,7 @@ import pytest
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch as pf
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_relay as relay
+from ansible_collections.inkling.fleet.plugins.modules import hf_peer_serve
 
 SECRET = 'this-runs-secret'
 PIECE = 256 * 1024
@@ -318,6 +319,94 @@ def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='chroot and switching users need root (CI runs as root)')
+def test_the_script_serves_confined_to_the_repository_as_the_unprivileged_user(tmp_path, served):
+    """Issue 36, finding 8: started as root (to bind and read the secret), the relay chroots into the hub cache and
+    serves as the dedicated user: it still streams the snapshot's blobs, its process is neither root nor able to
+    see the host's files, and a blob only root may read is not streamed."""
+    import pwd
+    nobody = pwd.getpwnam('nobody')
+    with open(os.path.join(served['rdir'], 'blobs', ETAG), 'wb') as f:
+        f.write(BLOB)
+    os.chmod(os.path.join(served['rdir'], 'blobs', ETAG), 0o644)
+    os.chmod(served['rdir'], 0o755)
+    os.chmod(os.path.join(served['rdir'], 'blobs'), 0o755)
+    hidden = os.urandom(1000)
+    hidden_etag = hashlib.sha256(hidden).hexdigest()
+    with open(os.path.join(served['rdir'], 'blobs', hidden_etag), 'wb') as f:
+        f.write(hidden)
+    os.chmod(os.path.join(served['rdir'], 'blobs', hidden_etag), 0o600)
+    cache = os.path.dirname(served['rdir'])
+    os.chmod(cache, 0o755)
+    cfg = dict(served['cfg'], port=free_port(), uid=nobody.pw_uid, gid=nobody.pw_gid, root=cache)
+    (tmp_path / 'confined.json').write_text(json.dumps(cfg))
+    proc = subprocess.Popen([sys.executable, relay.__file__, str(tmp_path / 'confined.json'), '--',
+                             sys.executable, '-c', 'import time; time.sleep(8)'])
+    try:
+        for dummy in range(50):
+            try:
+                socket.create_connection(('127.0.0.1', cfg['port']), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        with open('/proc/%d/status' % proc.pid) as f:
+            uids = [line.split()[1:] for line in f if line.startswith(('Uid:', 'Gid:'))]
+        assert uids == [[str(nobody.pw_uid)] * 4, [str(nobody.pw_gid)] * 4], uids
+        assert os.readlink('/proc/%d/root' % proc.pid) == os.path.realpath(cache)
+        (got, kind, dummy, dummy), dummy = receive(cfg['port'], repo(tmp_path, 'down'))
+        assert (got, kind) == (1, None)
+        entry = hc.FileEntry('secret.bin', len(hidden), hidden_etag, True)
+        (got, kind, dummy, dummy), dummy = receive(cfg['port'], repo(tmp_path, 'down2'), entries=(entry,))
+        assert got == 0 and not os.path.exists(os.path.join(str(tmp_path), 'down2', 'blobs', hidden_etag))
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='chroot and switching users need root (CI runs as root)')
+def test_a_receiver_without_the_repository_folder_yet_keeps_its_relay_and_daemon(tmp_path):
+    """A receiver's unit starts before its first blob, when its repository folder does not exist yet: the relay
+    (the unit's main process) must not die confining itself, or the rsync daemon beside it dies too and the next
+    host of the chain waits out its switch time. Once blobs arrive, they are streamed."""
+    import pwd
+    nobody = pwd.getpwnam('nobody')
+    cache = tmp_path / 'hub'
+    cache.mkdir(mode=0o755)
+    rdir = os.path.join(str(cache), 'models--org--name')        # not there yet
+    secrets = tmp_path / 'secrets'
+    secrets.write_text('inkling-fleet:%s\n' % SECRET)
+    rundir = tmp_path / 'run'
+    rundir.mkdir()
+    # the command and configuration exactly as hf_peer_serve writes them for the unit
+    params = {'address': '127.0.0.1', 'relay_port': free_port(), 'relay_allow': ['127.0.0.1'],
+              'secrets_path': str(secrets), 'user': 'inkling-fleet', 'relay_repo_dir': rdir, 'relay_hold_s': 0.3,
+              'relay_stall_s': 1, 'rundir': str(rundir)}
+    argv = hf_peer_serve.relay_command(params, (nobody.pw_uid, nobody.pw_gid))
+    cfg = {'port': params['relay_port']}
+    proc = subprocess.Popen(argv + [sys.executable, '-c', 'import time; time.sleep(8)'])
+    try:
+        for dummy in range(50):
+            try:
+                socket.create_connection(('127.0.0.1', cfg['port']), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(0.5)
+        assert proc.poll() is None, 'the relay died confining itself'
+        os.makedirs(os.path.join(rdir, 'blobs'))
+        os.makedirs(pf.inbox_dir(rdir))
+        for path in (rdir, os.path.join(rdir, 'blobs')):
+            os.chmod(path, 0o755)
+        with open(os.path.join(rdir, 'blobs', ETAG), 'wb') as f:
+            f.write(BLOB)
+        os.chmod(os.path.join(rdir, 'blobs', ETAG), 0o644)
+        (got, kind, dummy, dummy), dummy = receive(cfg['port'], repo(tmp_path, 'down'))
+        assert (got, kind) == (1, None)
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_a_port_taken_by_another_process_leaves_the_command_running_alone(tmp_path, served):

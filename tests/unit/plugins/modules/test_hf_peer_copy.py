@@ -41,6 +41,9 @@ with open(os.path.join(REPO, 'roles', 'hf_cache', 'vars', 'main.yml')) as _f:
     EXCLUDES = yaml.safe_load(_f)['__hf_cache_rsyncd_excludes']   # the role's own
 DEAD = '127.0.0.9'   # an address where no daemon listens
 SECRET = 's3cret-of-this-run'
+# the unprivileged user and group the daemon serves as (the role creates its own; Debian has these)
+SERVE_USER = 'nobody'
+SERVE_GROUP = 'nogroup'
 ADDRS = {'src': '127.0.0.1', 'dst': '127.0.0.1', 'a': '127.0.0.2', 'b': '127.0.0.3'}
 
 
@@ -65,7 +68,8 @@ def render_rsyncd(tmp, cache, port, rundir=None, address='127.0.0.1', fleet=None
     text = Templar(loader=DataLoader(), variables={
         'ansible_managed': 'test', '__hf_cache_peer_addr': address, 'hf_cache_peer_port': port,
         '__hf_cache_peer_rundir': rundir,
-        'hf_cache_owner': 'root', 'hf_cache_group': 'root', 'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
+        'hf_cache_peer_serve_user': SERVE_USER, '__hf_cache_peer_serve_group': SERVE_GROUP,
+        'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
         '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsyncd_excludes': EXCLUDES,
         '__hf_cache_peer_user': 'inkling-fleet', '__hf_cache_rsyncd_secrets': secrets,
         '__hf_cache_fanout': {'peers': sorted(hostvars)}, 'hostvars': hostvars}).template(trust_as_template(source))
@@ -341,6 +345,32 @@ def test_the_cache_module_serves_this_repository_only(tmp_path, source):
     names = [line.split()[-1] for line in root.stdout.splitlines()]
     assert root.returncode == 0 and 'blobs' in names and 'models--other--private' not in root.stdout, root
     assert up.returncode != 0 and 'f' * 64 not in up.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='the daemon switches users only when started as root (CI runs as root)')
+def test_the_daemon_serves_as_the_unprivileged_user_never_as_root(tmp_path, source):
+    """Issue 36, finding 8: each connection is served as the dedicated user, so a file of the repository's folder
+    that only root may read (one the container or a fleet neighbour could not have read either) is not served,
+    while the snapshot's own files (mode 0644) are."""
+    secret_file = os.path.join(source['rdir'], 'blobs', 'e' * 64)
+    with open(secret_file, 'w') as f:
+        f.write('root only')
+    os.chmod(secret_file, 0o600)
+    dest = tmp_path / 'dest'
+    dest.mkdir()
+    env = dict(os.environ, RSYNC_PASSWORD=SECRET)
+    url = 'rsync://inkling-fleet@127.0.0.1:%d/inkling-hf/blobs/' % source['port']
+    try:
+        own = subprocess.run(['rsync', '--contimeout=5', url + 'e' * 64, str(dest)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, universal_newlines=True, env=env, check=False)
+        blob = source['files'][0]
+        theirs = subprocess.run(['rsync', '--contimeout=5', url + blob['etag'], str(dest)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, universal_newlines=True, env=env, check=False)
+    finally:
+        os.unlink(secret_file)
+    assert own.returncode != 0 and 'Permission denied' in own.stdout, own.stdout
+    assert not (dest / ('e' * 64)).exists()
+    assert theirs.returncode == 0 and (dest / blob['etag']).is_file(), theirs.stdout
 
 
 def test_a_receiver_that_gives_up_says_so_and_its_receivers_switch_at_once(tmp_path, source):
