@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import threading
@@ -497,6 +498,117 @@ def read_ref(rdir, name):
     except (IOError, OSError):
         return None
     return val if is_commit(val) else None
+
+
+# --------------------------------------------------------------------------
+# pruning old revisions (module hf_prune)
+# --------------------------------------------------------------------------
+STATE_SUFFIXES = ('.complete', '.plan.json', '.hashed.json', '.progress.json', '.json')
+
+
+def _scan(path):
+    """Entries of a directory, never following a link; [] when it is missing or not a directory."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return []
+        return list(os.scandir(path))
+    except OSError:
+        return []
+
+
+def _blob_of_link(rdir, link):
+    """The blob name a snapshot link points to (read, never followed), or None when it points elsewhere."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    blobs = os.path.join(rdir, 'blobs')
+    full = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    return os.path.basename(full) if os.path.dirname(full) == blobs else None
+
+
+def _kept_blobs(rdir, commit):
+    """The blobs a snapshot uses: what its links point to and what its manifest lists."""
+    names = set()
+    stack = [os.path.join(rdir, 'snapshots', commit)]
+    while stack:
+        for entry in _scan(stack.pop()):
+            if entry.is_symlink():
+                name = _blob_of_link(rdir, entry.path)
+                if name:
+                    names.add(name)
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    manifest = read_json(manifest_path(rdir, commit)) or {}
+    for item in manifest.get('files') or []:
+        if isinstance(item, dict) and isinstance(item.get('etag'), str):
+            names.add(item['etag'])
+    return names
+
+
+def prune_plan(rdir, keep):
+    """What removing every revision of the repository folder ``rdir`` but the commits in ``keep`` removes.
+
+    Returns ``{'kept', 'revisions', 'refs', 'state_files', 'blobs', 'bytes'}``: the snapshot folders of other
+    commits (only folders named by a 40-hex commit), the refs (branch or tag files) that name one of them, their
+    manifests, markers and plans, and the blobs no kept snapshot uses (by link or by manifest); partial files
+    (``.incomplete``) and anything else are left. Nothing is followed: links are read, never entered.
+    Raises HfCacheError when ``keep`` names no commit (that would remove everything)."""
+    kept = sorted(set(c for c in keep if is_commit(c)))
+    if not kept:
+        raise HfCacheError('no commit to keep in %r: pruning would remove every revision; nothing removed' % (keep,))
+    snaps = os.path.join(rdir, 'snapshots')
+    revisions = sorted(e.name for e in _scan(snaps)
+                       if is_commit(e.name) and e.name not in kept and e.is_dir(follow_symlinks=False))
+    refs, stack = [], [os.path.join(rdir, 'refs')]
+    while stack:
+        for entry in _scan(stack.pop()):
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                try:
+                    with open(entry.path) as f:
+                        named = f.read().strip()
+                except (IOError, OSError):
+                    continue
+                if is_commit(named) and named not in kept:
+                    refs.append(entry.path)
+    state = set(e.name for e in _scan(state_dir(rdir)) if e.is_file(follow_symlinks=False))
+    removed = set(revisions)
+    state_files = sorted(os.path.join(state_dir(rdir), name) for name in state
+                         if any(name == c + sfx for c in removed for sfx in STATE_SUFFIXES))
+    used = set()
+    for commit in kept:
+        used |= _kept_blobs(rdir, commit)
+    blobs, size = [], 0
+    for entry in _scan(os.path.join(rdir, 'blobs')):
+        if entry.name in used or entry.name.endswith('.incomplete') or not entry.is_file(follow_symlinks=False):
+            continue
+        blobs.append(entry.path)
+        size += entry.stat(follow_symlinks=False).st_size
+    return {'kept': kept, 'revisions': revisions, 'refs': sorted(refs), 'state_files': state_files,
+            'blobs': sorted(blobs), 'bytes': size}
+
+
+def prune_apply(rdir, plan):
+    """Remove what ``prune_plan`` listed, in an order that is safe to interrupt: refs and markers first (the
+    revision stops being complete before its files go), then the snapshot folders, then the blobs."""
+    for path in plan['refs'] + plan['state_files']:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+    for commit in plan['revisions']:
+        path = os.path.join(rdir, 'snapshots', commit)
+        if os.path.lexists(path) and stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+    for path in plan['blobs']:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
 
 
 # --------------------------------------------------------------------------

@@ -89,6 +89,7 @@ RULES = (
     ('rollout_stage_only', 'bool', lambda v: True, 'true or false'),
     ('rollout_cache_seed', 'bool', lambda v: True, 'true or false'),
     ('rollout_cache_prune', 'bool', lambda v: True, 'true or false'),
+    ('rollout_prune_revisions', 'bool', lambda v: True, 'true or false'),
     ('rollout_warm_page_cache', 'bool', lambda v: True, 'true or false'),
     ('rollout_warm_margin_pct', 'num', lambda v: 0 <= v < 100, 'a percentage of MemTotal, 0 to below 100'),
     ('rollout_warm_min_margin_gib', 'num', lambda v: v >= 0, 'a number of GiB >= 0'),
