@@ -699,6 +699,72 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
+# The free-space margin of staging, defined once: hf_cache's space check and preflight's disk check both add it
+# to the bytes still to write (the roles' hf_cache_free_space_margin_pct and preflight_disk_margin_pct default to
+# it; tests/unit/plugins/module_utils/test_staging_space.py keeps them equal).
+STAGING_MARGIN_PCT = 10
+
+
+def staging_need(missing_bytes, margin_pct=STAGING_MARGIN_PCT):
+    """The free space staging needs: the bytes still to write plus the margin (hf_cache and preflight alike)."""
+    return int(int(missing_bytes or 0) * (100 + float(margin_pct or 0)) / 100.0)
+
+
+def missing_bytes(rdir, files):
+    """Bytes of the listed blobs (dicts or FileEntry with etag and size; the hub's list of one revision) that the
+    repository folder does not hold yet: what staging that revision writes. A blob is held when it is a regular
+    file of the listed size (never followed); a partial ``.incomplete`` file counts for what it holds. Blobs of
+    other revisions count for nothing unless the new revision lists them too."""
+    need, seen = 0, set()
+    for f in files or []:
+        etag, size = (f.get('etag'), f.get('size')) if isinstance(f, dict) else (f.etag, f.size)
+        if not isinstance(etag, str) or etag in seen or not isinstance(size, int):
+            continue
+        seen.add(etag)
+        try:
+            st = os.lstat(blob_path(rdir, etag))
+            if stat.S_ISREG(st.st_mode) and st.st_size == size:
+                continue
+        except OSError:
+            pass
+        have = 0
+        try:
+            have = os.lstat(incomplete_path(rdir, etag)).st_size
+        except OSError:
+            pass
+        need += max(size - min(have, size), 0)
+    return need
+
+
+def staging_revisions(variants):
+    """The distinct ``{'repo_id', 'revision'}`` of the variants the hosts picked (each a variant, or the result of
+    inkling_variant with one under ``variant``; anything else is skipped), in order: what the controller asks the
+    hub for once, however many hosts stage each."""
+    out = []
+    for item in variants or []:
+        variant = item.get('variant', item) if isinstance(item, dict) else None
+        model = (variant or {}).get('model') if isinstance(variant, dict) else None
+        if not isinstance(model, dict) or not model.get('repo_id') or not model.get('revision'):
+            continue
+        key = {'repo_id': model['repo_id'], 'revision': model['revision']}
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def staging_files_for(results, variant):
+    """The hub's file list (``[{'etag', 'size'}]``) of the variant's revision among the controller's answers (the
+    results of a hf_hub_files loop over staging_revisions), or None when it was not read (not asked, or failed)."""
+    model = (variant or {}).get('model') or {} if isinstance(variant, dict) else {}
+    for res in results or []:
+        item = (res or {}).get('item') or {}
+        if item.get('repo_id') == model.get('repo_id') and item.get('revision') == model.get('revision'):
+            if res.get('failed') or not isinstance(res.get('files'), list):
+                return None
+            return [{'etag': f.get('etag'), 'size': f.get('size')} for f in res['files'] if isinstance(f, dict)]
+    return None
+
+
 def bytes_needed(rdir, entries):
     """Bytes still to write for entries: their sizes minus partial .incomplete files kept for resume."""
     need = 0
@@ -715,7 +781,7 @@ def bytes_needed(rdir, entries):
 def space_check(path, need, margin_pct, host='this host'):
     """Return (ok, message, details)."""
     avail = free_bytes(path)
-    want = int(need * (1 + float(margin_pct) / 100.0))
+    want = staging_need(need, margin_pct)
     details = {'free_bytes': avail, 'needed_bytes': need, 'needed_with_margin_bytes': want,
                'margin_pct': margin_pct, 'filesystem_path': existing_ancestor(path)}
     if need == 0 or avail >= want:

@@ -21,6 +21,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache
+
 CDI_KIND = 'nvidia.com/gpu'
 DEFAULT_CDI_DIRS = ['/etc/cdi', '/var/run/cdi']
 NVML_MISMATCH = 'Driver/library version mismatch'
@@ -999,20 +1001,28 @@ def check_cdi(gpu, specs, podman, configured_dirs, bad_versions, cdi_dirs=None, 
     return checks
 
 
-def disk_requirements(model_size_bytes, margin_pct, existing_model_bytes, image_free_bytes, tmp_free_bytes):
-    """Bytes needed per purpose: the snapshot (minus what is already downloaded) and image pulls."""
+def disk_requirements(model_size_bytes, margin_pct, existing_model_bytes, image_free_bytes, tmp_free_bytes,
+                      staging_missing_bytes=None):
+    """Bytes needed per purpose: the snapshot and image pulls.
+
+    With ``staging_missing_bytes`` (the bytes of the new revision's blobs the host does not hold, from the hub's
+    file list the controller read), the snapshot needs exactly what hf_cache's own space check will ask:
+    ``hf_cache.staging_need``. Without it, an estimate: the variant's size plus the margin, minus every blob held
+    (blobs of an older revision counted as if the new one used them)."""
     need_model = 0
-    if model_size_bytes:
+    if staging_missing_bytes is not None:
+        need_model = hf_cache.staging_need(staging_missing_bytes, margin_pct)
+    elif model_size_bytes:
         need_model = int(model_size_bytes * (100 + (margin_pct or 0)) / 100.0) - int(existing_model_bytes or 0)
         need_model = max(need_model, 0)
     return {'hub_cache': need_model, 'graphroot': int(image_free_bytes or 0), 'tmpdir': int(tmp_free_bytes or 0)}
 
 
-def check_disk(paths, needs):
+def check_disk(paths, needs, notes=None):
     """Free space where each purpose writes, summed per filesystem.
 
     ``paths``: purpose -> ``{'path', 'existing', 'device', 'free_bytes'}`` (from the gather module).
-    ``needs``: purpose -> bytes.
+    ``needs``: purpose -> bytes. ``notes``: purpose -> how its figure was made (named in the message).
     """
     by_dev = {}
     for purpose, info in sorted((paths or {}).items()):
@@ -1022,7 +1032,8 @@ def check_disk(paths, needs):
         entry = by_dev.setdefault(key, {'free': info['free_bytes'], 'need': 0, 'purposes': [],
                                         'mount': info.get('existing')})
         entry['need'] += int((needs or {}).get(purpose, 0))
-        entry['purposes'].append('%s (%s)' % (purpose, info.get('path')))
+        note = (notes or {}).get(purpose) if (needs or {}).get(purpose) else None
+        entry['purposes'].append('%s (%s%s)' % (purpose, info.get('path'), ': ' + note if note else ''))
     checks = []
     for _key, entry in sorted(by_dev.items(), key=lambda kv: str(kv[0])):
         ok = entry['free'] >= entry['need']
@@ -1193,9 +1204,13 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
     checks += check_cdi(gpu, facts.get('cdi_specs'), podman, facts.get('containers_conf_cdi_spec_dirs'),
                         podman_bad_versions, cdi_dirs, podman_cdi_versions)
     model_size = ((variant or {}).get('model') or {}).get('size_bytes')
+    missing = facts.get('hub_cache_staging_missing_bytes')
     needs = disk_requirements(model_size, disk_margin_pct, facts.get('hub_cache_model_bytes'),
-                              image_free_bytes, tmp_free_bytes)
-    checks += check_disk(facts.get('disk'), needs)
+                              image_free_bytes, tmp_free_bytes, missing)
+    notes = {'hub_cache': ('%s of the new revision\'s blobs not held + %s%% margin' % (
+        human_bytes(missing), disk_margin_pct)) if missing is not None else
+        'estimated from model.size_bytes: the hub\'s file list was not read'}
+    checks += check_disk(facts.get('disk'), needs, notes)
     if variant and not model_size:
         checks.append(result('host.disk_model_size', False, 'model.size_bytes unknown for %s' % variant.get('name'),
                              'a known download size', level='warning',

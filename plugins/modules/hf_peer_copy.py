@@ -130,7 +130,7 @@ options:
   free_space_margin_pct:
     description: Free space required beyond the bytes to copy, in percent of them.
     type: int
-    default: 5
+    default: 10
   progress_file:
     description: JSON progress file to write (state, source, bytes, files, switches).
     type: path
@@ -603,7 +603,7 @@ def main():
             owner=dict(type='str'),
             group=dict(type='str'),
             mode=dict(type='str', default='0644'),
-            free_space_margin_pct=dict(type='int', default=5),
+            free_space_margin_pct=dict(type='int', default=hc.STAGING_MARGIN_PCT),
             progress_file=dict(type='path', required=True),
             pid_file=dict(type='path'),
             control_file=dict(type='path', required=True),

@@ -108,7 +108,7 @@ options:
   free_space_margin_pct:
     description: Headroom required above the bytes still to download, in percent.
     type: int
-    default: 5
+    default: 10
   owner:
     description: Owner of the staged tree (name or uid). Unchanged when omitted.
     type: str
@@ -649,7 +649,7 @@ def main():
             local_only=dict(type='bool', default=False),
             refresh_revision=dict(type='bool', default=False),
             rehash=dict(type='bool', default=False),
-            free_space_margin_pct=dict(type='int', default=5),
+            free_space_margin_pct=dict(type='int', default=hc.STAGING_MARGIN_PCT),
             owner=dict(type='str'),
             group=dict(type='str'),
             mode=dict(type='str', default='0644'),

@@ -62,6 +62,14 @@ options:
   model:
     description: Model repository id, to count bytes already in the hub cache (C(models--org--name/blobs)).
     type: str
+  staging_files:
+    description:
+      - The hub's file list of the revision this host would stage (each with C(etag) and C(size); what
+        M(inkling.fleet.hf_hub_files) returns, read once on the controller). With it,
+        RV(host_facts.hub_cache_staging_missing_bytes) counts the bytes of those blobs that O(model)'s folder does
+        not hold, the figure the C(inkling.fleet.hf_cache) role's space check asks for, before the margin.
+    type: list
+    elements: dict
   shm_path:
     description: The shared memory mount.
     type: path
@@ -155,6 +163,11 @@ host_facts:
     hub_cache_model_bytes:
       description: Bytes already under the model's C(blobs/) in the hub cache.
       type: int
+    hub_cache_staging_missing_bytes:
+      description:
+        - Bytes of the O(staging_files) blobs the hub cache does not hold (a blob of another revision counts only
+          when the new revision lists it too); null without O(staging_files).
+      type: int
     shm_bytes:
       description: Size of C(/dev/shm) in bytes, null when absent.
       type: int
@@ -190,6 +203,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import host_probe as hp
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 
@@ -319,6 +333,7 @@ def main():
             lspci_path=dict(type='str', default='lspci'),
             hub_cache_dir=dict(type='path', required=True),
             model=dict(type='str'),
+            staging_files=dict(type='list', elements='dict'),
             shm_path=dict(type='path', default='/dev/shm'),
             containers_conf=dict(type='list', elements='path',
                                  default=['/usr/share/containers/containers.conf', '/etc/containers/containers.conf',
@@ -354,6 +369,10 @@ def main():
         'tmpdir': disk_info(facts['podman']['tmp_dir']),
     }
     facts['hub_cache_model_bytes'] = blobs_bytes(p['hub_cache_dir'], p['model'])
+    facts['hub_cache_staging_missing_bytes'] = None
+    if p['staging_files'] is not None and p['model']:
+        facts['hub_cache_staging_missing_bytes'] = hc.missing_bytes(hc.repo_dir(p['hub_cache_dir'], p['model']),
+                                                                    p['staging_files'])
     try:
         st = os.statvfs(p['shm_path'])
         facts['shm_bytes'] = st.f_blocks * st.f_frsize
