@@ -76,6 +76,15 @@ TERMINAL = {
 
 FAILED = frozenset(p for p, (failed, _words) in TERMINAL.items() if failed)
 
+# Failed phase -> what the budget's halt reason says of its hosts (in the order of a host's path).
+FAILED_WORDS = (('excluded', 'set aside by preflight'), ('interrupted', 'interrupted by an earlier run'),
+                ('stage_failed', 'failed staging'), ('unit_refused', 'unit refused'),
+                ('recheck_failed', 'failed the re-check'), ('trial_failed', 'failed the image trial'),
+                ('drain_failed', 'failed the drain'), ('replica_held', 'held back with their replica'),
+                ('undrain_failed', 'not undrained'), ('rolled_back', 'rolled back'),
+                ('rollback_undrain_failed', 'rolled back, not undrained'), ('rollback_failed', 'failed the rollback'),
+                ('removed', 'new unit removed'))
+
 # Remedies the report gives for phases that need an operator.
 REMEDIES = {
     'undrain_failed': ('the host passed its gates and serves the new version; put it back into the load '
@@ -340,10 +349,16 @@ def check_budget(journal, max_failed):
     than the budget allows. Returns True when the budget is spent (the rollout is halted)."""
     failed = failed_units(journal)
     if not journal.get('halted') and len(failed) > int(max_failed):
-        _halt(journal, '%d %s failed (%s), over the fleet-wide budget of %d'
+        _halt(journal, '%d %s failed (%s), over the fleet-wide budget of %d (%s)'
               % (len(failed), 'replica(s)' if journal.get('replicas') else 'host(s)',
-                 ', '.join(unit_label(journal, u) for u in failed), int(max_failed)))
+                 ', '.join(unit_label(journal, u) for u in failed), int(max_failed), _failed_by_phase(journal)))
     return bool(journal.get('halted'))
+
+
+def _failed_by_phase(journal):
+    """How many hosts failed where, e.g. 'set aside by preflight: 1, failed staging: 2'."""
+    phases = [r.get('phase') for r in journal.get('hosts', {}).values()]
+    return ', '.join('%s: %d' % (words, phases.count(p)) for p, words in FAILED_WORDS if p in phases)
 
 
 def record(journal, host, phase, now, data=None):

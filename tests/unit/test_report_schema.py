@@ -82,3 +82,26 @@ def test_a_journal_the_schema_refuses():
     journal['hosts']['a']['phase'] = 'rebooting'
     with pytest.raises(jsonschema.ValidationError):
         validate(journal)
+
+
+def test_every_host_failing_staging_over_the_budget_is_a_halt_with_its_reason():
+    """docs/rollout.md: 'a halt always has its reason'. With a budget of 0 and every host failing
+    staging, the closed journal is halted, says how many failed where, and validates."""
+    journal, _a, _n = opened(['a', 'b'], max_failed=0)
+    for host in ('a', 'b'):
+        r.record(journal, host, 'stage_failed', NOW, {'message': 'staging failed: hub unreachable'})
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'halted'
+    assert journal['halt_reason'] == '2 host(s) failed (a, b), over the fleet-wide budget of 0 (failed staging: 2)'
+    validate(journal)
+
+
+@pytest.mark.parametrize('change', [{'halt_reason': ''}, {'halted': False, 'halt_reason': ''}])
+def test_the_schema_refuses_a_halt_without_its_reason(change):
+    journal, _a, _n = opened(['a'], failed=['x'], max_failed=0)
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'halted'
+    validate(journal)
+    journal.update(change)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(json.loads(json.dumps(journal)), schema())

@@ -110,7 +110,8 @@ def test_members_that_both_fail_count_as_their_inventory_replica():
 
 def test_the_budget_counts_replicas_and_lists_their_hosts():
     journal, _a, _n = engine.open_run(None, outcomes(failed=['h100-b']), 'run1', 't0', max_failed=0)
-    assert journal['halt_reason'] == '1 replica(s) failed (replica r1 (h100-a, h100-b)), over the fleet-wide budget of 0'
+    assert journal['halt_reason'] == ('1 replica(s) failed (replica r1 (h100-a, h100-b)), over the fleet-wide budget '
+                                      'of 0 (set aside by preflight: 2)')
 
 
 def test_min_healthy_counts_replicas():

@@ -130,7 +130,7 @@ def test_an_unknown_host_is_refused():
 def test_budget_zero_with_a_host_set_aside_touches_no_other_host():
     journal, _a, _n = opened(ok=('a', 'b'), failed=('x',), max_failed=0)
     assert journal['halted']
-    assert journal['halt_reason'] == '1 host(s) failed (x), over the fleet-wide budget of 0'
+    assert journal['halt_reason'] == '1 host(s) failed (x), over the fleet-wide budget of 0 (set aside by preflight: 1)'
     first = r.admit(journal, 'a', 0, NOW)
     second = r.admit(journal, 'b', 0, NOW)
     assert first == (False, True) and second == (False, False)  # the halt is announced once
@@ -146,7 +146,8 @@ def test_budget_is_checked_before_every_host_not_after_the_batch():
     walk(journal, 'a', ['draining', 'restarting', 'rolling_back', 'rolled_back'])
     assert r.admit(journal, 'b', 0, NOW) == (False, True)
     assert journal['hosts']['b']['phase'] == 'not_reached'
-    assert journal['hosts']['b']['message'] == 'not reached: 1 host(s) failed (a), over the fleet-wide budget of 0'
+    assert journal['hosts']['b']['message'] == ('not reached: 1 host(s) failed (a), over the fleet-wide budget of 0 '
+                                                '(rolled back: 1)')
 
 
 @pytest.mark.parametrize('phase_path', [
@@ -515,7 +516,7 @@ def test_a_later_hosts_failed_analysis_is_recorded_and_counts_against_the_budget
     assert r.failed_hosts(journal) == ['h2']
     assert r.admit(journal, 'h3', max_failed, NOW) == admitted
     if max_failed == 0:
-        assert journal['halt_reason'] == '1 host(s) failed (h2), over the fleet-wide budget of 0'
+        assert journal['halt_reason'] == '1 host(s) failed (h2), over the fleet-wide budget of 0 (rolled back: 1)'
     section = r.render_markdown(journal).split('## Canary analysis\n', 1)[1]
     assert '| h2 | later host | FAILED | 0 of 1 |' in section and '| h1 | canary | passed |' in section
 
@@ -549,9 +550,23 @@ def test_failures_over_the_budget_with_no_batch_left_still_halt_with_a_reason():
         r.record(journal, h, 'stage_failed', NOW, {'message': 'staging failed: hub unreachable'})
     r.close_run(journal, NOW)
     assert journal['status'] == 'halted'
-    assert journal['halt_reason'] == '2 host(s) failed (a, b), over the fleet-wide budget of 0'
+    assert journal['halt_reason'] == '2 host(s) failed (a, b), over the fleet-wide budget of 0 (failed staging: 2)'
     assert 'over the fleet-wide budget of 0' in r.render_markdown(journal)
 
+
+def test_the_budget_halt_says_where_the_hosts_failed():
+    """The halt reason counts the failed hosts by where they failed, against the budget; every
+    failed phase has its words."""
+    assert set(p for p, _w in r.FAILED_WORDS) == set(r.FAILED)
+    journal, _a, _n = opened(ok=('a', 'b', 'c'), failed=('x',), max_failed=1)
+    walk(journal, 'a', ['stage_failed'])
+    walk(journal, 'b', ['stage_failed'])
+    walk(journal, 'c', ['staged', 'draining', 'drain_failed'])
+    r.close_run(journal, NOW)
+    assert journal['status'] == 'halted'
+    assert journal['halt_reason'] == ('4 host(s) failed (a, b, c, x), over the fleet-wide budget of 1 '
+                                      '(set aside by preflight: 1, failed staging: 2, failed the drain: 1)')
+    assert r.summary_lines(journal)[-1].startswith('Halted: 4 host(s) failed')
 
 def test_a_rolled_back_host_whose_undrain_failed_is_reported_as_such():
     """Out of the load balancer after its rollback: the report must not say merely 'rolled back'."""
