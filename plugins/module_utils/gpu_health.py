@@ -337,11 +337,32 @@ def check_nvlink5(gpu, facts, unit='nvidia-fabricmanager'):
 
 
 def nvlink5_fabric_remedy(gpu, facts, unit='nvidia-fabricmanager'):
-    """A remedy for fabric.manager that works on NVLink5 HGX boards (None elsewhere)."""
-    if nvlink5_system(gpu, (facts or {}).get('nvswitch_count')) != 'hgx':
+    """A remedy for fabric.manager and fabric.state that works on NVLink5 HGX boards (None elsewhere). It names
+    ib_umad and NVLSM only when the host's facts say they are missing (or cannot tell): a fabric manager that
+    died with both in place is restarted and its journal read."""
+    facts = facts or {}
+    if nvlink5_system(gpu, facts.get('nvswitch_count')) != 'hgx':
         return None
-    return ('NVLink5 HGX board: the fabric manager needs ib_umad loaded and NVLSM installed (see fabric.nvlink5); '
-            'then `systemctl enable --now %s`; its version must equal the driver\'s' % unit)
+    start = ('`systemctl enable --now %s` (after a crash: `systemctl restart %s`) and read its journal: '
+             '`journalctl -u %s`; its version must equal the driver\'s' % (unit, unit, unit))
+    nv5 = facts.get('nvlink5')
+    if not isinstance(nv5, dict):
+        return ('NVLink5 HGX board: the fabric manager needs ib_umad loaded and NVLSM installed (not probed on this '
+                'host, see fabric.nvlink5); then %s' % start)
+    needs = []
+    if nv5.get('kernel_modules') is None:
+        needs.append('ib_umad loaded (loaded kernel modules unknown: %s)'
+                     % (nv5.get('kernel_modules_error') or 'not read'))
+    else:
+        missing = [m for m in NVLINK5_MODULES if m not in nv5['kernel_modules']]
+        if missing:
+            needs.append('%s loaded (not loaded now: `modprobe %s`)' % (', '.join(missing), ' '.join(missing)))
+    if not (nv5.get('nvlsm') or {}).get('installed'):
+        needs.append('NVLSM installed (nvlsm not found: install NVIDIA\'s nvlsm package)')
+    if needs:
+        return 'NVLink5 HGX board: the fabric manager needs %s (see fabric.nvlink5); then %s' % (
+            ' and '.join(needs), start)
+    return 'NVLink5 HGX board, its fabric management stack in place (fabric.nvlink5): %s' % start
 
 
 def health_checks(gpu, facts, xid_ignore=(), xid_since_s=0, unit='nvidia-fabricmanager'):

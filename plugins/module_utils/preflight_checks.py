@@ -840,10 +840,10 @@ def check_fabric(gpu, fabricmanager, nvswitch_count, unit='nvidia-fabricmanager'
         state = bad[0].get('fabric_state')
         total = len((gpu or {}).get('gpus') or [])
         remedy = 'fabric registration is done by nvidia-fabricmanager'
-        if nvswitch_count or nvlink5_remedy:
+        if nvlink5_remedy:
+            remedy += ': %s; then wait' % nvlink5_remedy
+        elif nvswitch_count:
             remedy += ': make sure %s is installed, active and of the driver\'s version, then wait' % unit
-            if nvlink5_remedy:
-                remedy += ' (NVLink5 board: it also needs ib_umad and NVLSM, see fabric.nvlink5)'
         else:
             remedy += ' (on the hypervisor when GPUs are passed through to a VM): ask the platform to fix fabric ' \
                       'registration; take the host out of the batch'

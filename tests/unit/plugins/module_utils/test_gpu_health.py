@@ -243,7 +243,53 @@ def test_gb200_compute_tray_leaves_the_fabric_to_the_switch_trays():
 
 def test_fabric_manager_remedy_on_nvlink5_is_not_only_start_it():
     assert gh.nvlink5_fabric_remedy(facts_from_rows(capture_rows()), nv5_facts()) is None
-    assert 'ib_umad' in gh.nvlink5_fabric_remedy(b200(), nv5_facts())
+    assert 'ib_umad' in gh.nvlink5_fabric_remedy(b200(), nv5_facts(modules=['mlx5_core']))
+    # not probed: it cannot tell, so it names what the board needs
+    assert 'ib_umad loaded and NVLSM installed (not probed' in gh.nvlink5_fabric_remedy(b200(), {'nvswitch_count': 2})
+
+
+def b200_fabric_manager_died(**nv5):
+    """A B200 HGX host whose fabric manager stopped (nvlsm, started by its start script, stopped with it) and
+    whose GPUs lost their fabric registration."""
+    gpu = b200()
+    for g in gpu['gpus']:
+        g['fabric_state'], g['fabric_status'] = 'Not Started', 'N/A'
+    facts = nv5_facts(fm_active=False, running=False, **nv5)
+    facts['fabricmanager'].update(state='failed', version=gpu['driver_version'])
+    facts.update(kernel_module_version=gpu['driver_version'], userspace_driver_versions=[gpu['driver_version']],
+                 kernel_log={'source': 'dmesg', 'events': [], 'error': None})
+    return gpu, facts
+
+
+def test_a_fabric_manager_that_died_is_restarted_not_blamed_on_ib_umad_or_nvlsm():
+    """Both ib_umad and NVLSM are present: no remedy names them; fabric.nvlink5 passes."""
+    gpu, facts = b200_fabric_manager_died()
+    report = gh.recheck('b200-01', gpu, None, facts)
+    failed = dict((c['check'], c) for c in report['failures'])
+    assert sorted(failed) == ['fabric.manager', 'fabric.state']
+    assert [c['ok'] for c in report['checks'] if c['check'] == 'fabric.nvlink5'] == [True]
+    for check in failed.values():
+        assert 'ib_umad' not in check['remedy'] and 'nvlsm' not in check['remedy'].lower()
+        assert 'systemctl enable --now nvidia-fabricmanager' in check['remedy']
+        assert 'journalctl -u nvidia-fabricmanager' in check['remedy']
+    assert failed['fabric.manager']['found'] == 'nvidia-fabricmanager failed'
+
+
+@pytest.mark.parametrize('nv5,named,not_named', [
+    ({'modules': ['mlx5_core']}, ['`modprobe ib_umad`'], ['nvlsm']),
+    ({'installed': False}, ['NVLSM installed', 'nvlsm package'], ['ib_umad']),
+    ({'modules': ['mlx5_core'], 'installed': False}, ['`modprobe ib_umad`', 'nvlsm package'], []),
+    ({'modules': None}, ['ib_umad loaded (loaded kernel modules unknown'], ['nvlsm']),
+])
+def test_the_fabric_manager_remedy_names_only_what_is_missing(nv5, named, not_named):
+    gpu, facts = b200_fabric_manager_died(**nv5)
+    report = gh.recheck('b200-01', gpu, None, facts)
+    failed = dict((c['check'], c) for c in report['failures'])
+    for check in ('fabric.manager', 'fabric.state'):
+        remedy = failed[check]['remedy']
+        assert all(word in remedy for word in named), remedy
+        assert not any(word in remedy.lower() for word in not_named), remedy
+        assert 'journalctl -u nvidia-fabricmanager' in remedy
 
 
 # --- the re-check before a drain ------------------------------------------------------------------------
