@@ -607,8 +607,28 @@ def check_driver(gpu, gpu_error, kernel_module_version, min_driver,
     return checks
 
 
-def check_gpus(gpu, tensor_parallel_size):
-    """Count, MIG, persistence, ECC, row remapping (F2, F5)."""
+def gpu_count_remedy(count, tensor_parallel_size, refusals=None):
+    """The gpu.count remedy. The variant table knows which tensor parallel size, if any, this host can
+    serve with (inkling_variant's gpu.count refusal says it, or says that no setting fixes it; any of
+    its refusals carries it as ``tensor_parallel_advice``): that advice is used when there is one. Without it no size is suggested, as one the table does not offer
+    would only be refused by the variant check."""
+    for ref in refusals or []:
+        if ref.get('check') == 'gpu.count' and ref.get('remedy'):
+            return ref['remedy']
+    for ref in refusals or []:
+        if ref.get('tensor_parallel_advice'):
+            return ref['tensor_parallel_advice']
+    if count < tensor_parallel_size:
+        return ('a GPU is missing or was not detected: check `nvidia-smi -L`, dmesg (Xid/fallen off the bus) and '
+                'the hardware; tensor parallel size %d needs %d GPUs' % (tensor_parallel_size, tensor_parallel_size))
+    return ('serve from a host with exactly %d GPUs, or add a tested entry of tensor parallel size %d through '
+            'preflight_variant_overrides and set preflight_tensor_parallel_size to %d'
+            % (tensor_parallel_size, count, count))
+
+
+def check_gpus(gpu, tensor_parallel_size, refusals=None):
+    """Count, MIG, persistence, ECC, row remapping (F2, F5). ``refusals``: inkling_variant's, whose
+    gpu.count reason carries the table's advice (see gpu_count_remedy)."""
     if not gpu:
         return []
     checks = []
@@ -617,8 +637,7 @@ def check_gpus(gpu, tensor_parallel_size):
     ok = count == tensor_parallel_size
     checks.append(result(
         'gpu.count', ok, count, tensor_parallel_size,
-        remedy='a GPU is missing or was not detected: check `nvidia-smi -L`, dmesg (Xid/fallen off the bus) and '
-               'the hardware; or set preflight_tensor_parallel_size to the number of GPUs',
+        remedy=gpu_count_remedy(count, tensor_parallel_size, refusals),
         message=('%d GPUs for tensor_parallel_size=%d' % (count, tensor_parallel_size)) if ok else
                 ('expected %d GPUs for tensor_parallel_size=%d, found %d'
                  % (tensor_parallel_size, tensor_parallel_size, count))))
@@ -1192,7 +1211,7 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
     checks += check_driver(gpu, gpu_error, facts.get('kernel_module_version'),
                            (variant or {}).get('min_driver'), facts.get('userspace_driver_versions'),
                            facts.get('apt_nvidia_event'), nvml_library_version)
-    checks += check_gpus(gpu, tensor_parallel_size)
+    checks += check_gpus(gpu, tensor_parallel_size, variant_refusals)
     checks += check_fabric(gpu, facts.get('fabricmanager'), facts.get('nvswitch_count') or 0,
                            unit=fabricmanager_unit, waited_s=fabric_waited_s, nvlink5_remedy=nvlink5_remedy)
     checks += list(extra_checks or [])

@@ -479,7 +479,7 @@ def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host
     multi = dict((n, e) for n, e in merged.items() if _nodes(e) > 1 and e.get('enabled', True))
     members = list((replica or {}).get('members') or [])
     try:
-        variant, reasons = _select_single(gpu, model, tensor_parallel_size, single, host)
+        variant, reasons = _select_single(gpu, model, tensor_parallel_size, single, host, multi)
     except VariantRefused as exc:
         checks = [r['check'] for r in exc.refusals]
         memory_only = checks and all(c == 'gpu.memory' for c in checks)
@@ -495,7 +495,7 @@ def select_variant(gpu, model, tensor_parallel_size, table, overrides=None, host
         hint = ('; or group %d identical hosts into a replica (host variable inkling_replica: <name> on each; '
                 'docs/variants.md, "Multi-node replicas"): entry %s serves %s across %d such hosts.'
                 % (_nodes(entry), name, model, _nodes(entry)))
-        raise VariantRefused(host, [refusal(r['check'], host, r['reason'].rstrip('.') + hint)
+        raise VariantRefused(host, [dict(r, **refusal(r['check'], host, r['reason'].rstrip('.') + hint))
                                     for r in exc.refusals])
     if len(members) > 1:
         raise VariantRefused(host, [refusal('variant', host, (
@@ -586,8 +586,9 @@ def select_replica(gpu, model, tensor_parallel_size, candidates, host, replica, 
     return variant, reasons
 
 
-def _select_single(gpu, model, tensor_parallel_size, merged, host):
-    """One host serves the model alone (entries with nodes_per_replica 1)."""
+def _select_single(gpu, model, tensor_parallel_size, merged, host, multi=None):
+    """One host serves the model alone (entries with nodes_per_replica 1). ``multi``: the enabled
+    multi-node entries, named by a remedy when one of them would take this host."""
     enabled = dict((name, entry) for name, entry in merged.items() if entry.get('enabled', True))
     gpus = gpu.get('gpus') or []
     gpu_count = gpu.get('gpu_count', len(gpus))
@@ -620,10 +621,13 @@ def _select_single(gpu, model, tensor_parallel_size, merged, host):
         refuse('variant', '%s: %s' % (host, KNOWN_UNSUPPORTED_CAPS[cap]))
 
     if gpu_count and gpu_count < tensor_parallel_size:
-        refuse('gpu.count', '%s: found %d GPU(s); tensor parallel size %d needs %d. Remedy: use a host with %d GPUs '
-               '(if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid '
-               'errors), or lower the tensor parallel size where the model fits.'
-               % (host, gpu_count, tensor_parallel_size, tensor_parallel_size, tensor_parallel_size))
+        advice = 'use a host with %d GPUs' % tensor_parallel_size
+        if cap is not None and cap not in KNOWN_UNSUPPORTED_CAPS:
+            fixed, text = tensor_parallel_advice(gpu, model, enabled, multi, cap)
+            advice = text
+        refuse('gpu.count', '%s: found %d GPU(s); tensor parallel size %d needs %d. Remedy: if GPUs are missing, '
+               'check nvidia-smi -L, fabric manager and the kernel log for Xid errors; otherwise %s.'
+               % (host, gpu_count, tensor_parallel_size, tensor_parallel_size, advice))
 
     mig = [str(item.get('index')) for item in gpus if item.get('mig_mode_current') or item.get('mig_mode_pending')]
     if mig:
@@ -642,7 +646,7 @@ def _select_single(gpu, model, tensor_parallel_size, merged, host):
              and entry['tensor_parallel_size'] == tensor_parallel_size],
             key=lambda item: (-item[1].get('priority', 0), item[0]))
         if not candidates:
-            refuse('variant', _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size))
+            refuse('variant', _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size, gpu, multi))
 
     chosen = None
     if candidates:
@@ -693,6 +697,12 @@ def _select_single(gpu, model, tensor_parallel_size, merged, host):
             reasons.append('driver %s >= %s' % (driver, floor))
 
     if refusals:
+        if cap is not None and cap not in KNOWN_UNSUPPORTED_CAPS and gpu_count != tensor_parallel_size:
+            # For preflight's gpu.count (which wants exactly the host's GPU count): what the table says
+            # about the size, whichever reason refused the host.
+            advice = tensor_parallel_advice(gpu, model, enabled, multi, cap)[1]
+            for item in refusals:
+                item['tensor_parallel_advice'] = advice
         raise VariantRefused(host, refusals)
     return normalise_entry(chosen_name, chosen), reasons
 
@@ -703,7 +713,7 @@ def _on_off(value):
     return 'Enabled' if value else 'Disabled'
 
 
-def _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size):
+def _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size, gpu=None, multi=None):
     """Explain why no enabled entry matches, naming what the table does offer."""
     for_model = [(n, e) for n, e in enabled.items() if e['model']['repo_id'] == model]
     if not for_model:
@@ -724,6 +734,61 @@ def _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size):
                 % (host, cap, model, ', '.join(caps), notes))
     sizes = sorted(set(e['tensor_parallel_size'] for _n, e in for_cap))
     return ('%s: no enabled variant of %s on compute capability %s uses tensor parallel size %d (entries use %s). '
-            'Remedy: set the tensor parallel size to one of %s.'
+            'Remedy: %s.'
             % (host, model, cap, tensor_parallel_size, ', '.join(str(s) for s in sizes),
-               ', '.join(str(s) for s in sizes)))
+               tensor_parallel_advice(gpu or {}, model, enabled, multi, cap)[1]))
+
+
+def tensor_parallel_advice(gpu, model, single, multi, cap):
+    """What to do about the tensor parallel size on this host, as ``(fixed, text)``. Preflight's
+    gpu.count wants exactly the host's GPU count, so the only size worth advising is that count,
+    and only when an enabled entry of ``model`` for compute capability ``cap`` uses it and the
+    host's GPUs hold the model (``single``: single-host entries; ``multi``: multi-node ones, taken
+    as a replica of identical hosts). Otherwise ``fixed`` is False and the text says plainly that
+    no setting of preflight_tensor_parallel_size fixes it, and what does (a host with enough such
+    GPUs, a replica, another variant)."""
+    gpus = gpu.get('gpus') or []
+    count = gpu.get('gpu_count', len(gpus))
+    have = tp_group_memory_mib(gpus, count)
+    per_gpu = min([g.get('memory_total_mib') or 0 for g in gpus] or [0])
+
+    def entries(table):
+        return sorted([(n, e) for n, e in (table or {}).items() if e.get('enabled', True)
+                       and e['model']['repo_id'] == model and cap in e['compute_caps']],
+                      key=lambda item: (-item[1].get('priority', 0), item[0]))
+
+    def need(entry):
+        return entry['model']['min_total_gpu_memory_mib']
+
+    for name, entry in entries(single):
+        if count and entry['tensor_parallel_size'] == count and have >= need(entry):
+            return True, ('set preflight_tensor_parallel_size to %d: entry %s serves %s on %d such GPUs'
+                          % (count, name, model, count))
+    for name, entry in entries(multi):
+        if count and entry['tensor_parallel_size'] == count and have * _nodes(entry) >= need(entry):
+            return True, ('group %d identical hosts into a replica (host variable inkling_replica: <name> on each; '
+                          'docs/variants.md, "Multi-node replicas") and set preflight_tensor_parallel_size to %d: '
+                          'entry %s serves %s across %d such hosts' % (_nodes(entry), count, name, model,
+                                                                        _nodes(entry)))
+    sizes = sorted(set(e['tensor_parallel_size'] for _n, e in entries(single)))
+    text = ('this host cannot serve %s alone: no enabled variant for compute capability %s uses its %d GPU(s)%s, '
+            'so no setting of preflight_tensor_parallel_size fixes it; '
+            % (model, cap, count, (' (entries use tensor parallel size %s)' % ', '.join(str(x) for x in sizes))
+               if sizes else ''))
+    ways = []
+    bigger = sorted(set(e['tensor_parallel_size'] for _n, e in entries(single)
+                        if per_gpu * e['tensor_parallel_size'] >= need(e) and e['tensor_parallel_size'] != count))
+    if bigger:
+        ways.append('serve it from a host with %s such GPUs (and preflight_tensor_parallel_size set to that number)'
+                    % ' or '.join(str(x) for x in bigger))
+    for name, entry in ([] if bigger else entries(multi)):
+        if per_gpu * entry['tensor_parallel_size'] * _nodes(entry) >= need(entry):
+            ways.append('group %d identical hosts of %d such GPUs into a replica (entry %s; docs/variants.md, '
+                        '"Multi-node replicas")' % (_nodes(entry), entry['tensor_parallel_size'], name))
+    floor = min([need(e) for _n, e in entries(single) + entries(multi)] or [0])
+    if count and have >= floor:
+        ways.append('add a tested entry of tensor parallel size %d for compute capability %s through '
+                    'preflight_variant_overrides, then set preflight_tensor_parallel_size to %d' % (count, cap, count))
+    if not ways:
+        ways.append('use GPUs with more memory')
+    return False, text + '; or '.join(ways)

@@ -214,6 +214,9 @@ refusals:
       M(inkling.fleet.preflight_evaluate) the reason belongs to, C(gpu.count), C(gpu.mig), C(gpu.memory),
       C(driver.version), or C(variant) for reasons about the table), C(message), C(remedy) and C(reason)
       (the text of C(reasons)).
+    - When the host's GPU count differs from O(tensor_parallel_size), each also has
+      C(tensor_parallel_advice), the tensor parallel size the table offers for these GPUs or a plain
+      statement that no setting fixes it (the remedy of the C(gpu.count) check).
   returned: failure when the host is refused
   type: list
   elements: dict

@@ -78,5 +78,13 @@ def test_the_playbook_records_what_the_real_run_recorded(tmp_path):
     with open(str(out)) as f:
         cases = json.load(f)['hosts']['localhost']['cases']
     real = recorded_cases()
-    assert [(c['name'], c['outcome'], (c['variant'] or {}).get('name'), c['reasons'], c['msg']) for c in cases] == [
-        (c['name'], c['outcome'], (c['variant'] or {}).get('name'), c['reasons'], c['msg']) for c in real]
+
+    def found(text):
+        # What was found is as recorded; the remedies were reworded since (issue 37: the gpu.count remedy
+        # suggests only a tensor parallel size the table offers for these GPUs, or says none does).
+        return text.split(' Remedy: ')[0] if isinstance(text, str) else text
+
+    assert [(c['name'], c['outcome'], (c['variant'] or {}).get('name'), [found(r) for r in c['reasons']],
+             found(c['msg'])) for c in cases] == [
+        (c['name'], c['outcome'], (c['variant'] or {}).get('name'), [found(r) for r in c['reasons']],
+         found(c['msg'])) for c in real]

@@ -13,11 +13,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import re
 
 import pytest
 import yaml
 
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
+from ansible_collections.inkling.fleet.plugins.module_utils import variant as vt
+from inkling_test_helpers import default_table
 
 DRIVER = '580.159.04'
 GIB = 1024 ** 3
@@ -1007,3 +1010,121 @@ def test_fabric_progress_counts_registered_gpus():
     gpu['gpus'][0].update(fabric_state='Completed', fabric_status='Success')
     assert pc.fabric_progress(gpu) == {'registered': 1, 'total': 8, 'pending': True}
     assert pc.fabric_progress(None) == {'registered': 0, 'total': 0, 'pending': False}
+
+
+# --------------------------------------------------------------------------
+# issue 37: no remedy leads to another refusal. Each remedy about the tensor parallel size is taken
+# as written and fed back into preflight (the variant table, then the checks); it passes, or the
+# remedy said plainly that no setting fixes it.
+# --------------------------------------------------------------------------
+
+BIG = 'thinkingmachines/Inkling-NVFP4'
+SMALL = 'thinkingmachines/Inkling-Small-NVFP4'
+TP_CHECKS = ('gpu.count', 'gpu.memory', 'driver.version', 'variant')
+
+
+def gpus_like(gpu, count):
+    """``count`` GPUs of the kind of ``gpu``'s first one."""
+    out = copy.deepcopy(gpu)
+    out['gpus'] = [dict(out['gpus'][0], index=i, uuid='GPU-%02d' % i) for i in range(count)]
+    out['gpu_count'] = count
+    out['memory_total_mib'] = count * out['gpus'][0]['memory_total_mib']
+    return out
+
+
+def gb200(count=4):
+    gpu = make_gpu(count=count, name='NVIDIA GB200', compute_cap='10.0', compute_cap_major=10,
+                   memory_total_mib=189471)
+    gpu.update(compute_caps=['10.0'], architecture='blackwell', memory_total_mib=189471 * count)
+    return gpu
+
+
+def preflight(gpu, model, tp, overrides=None):
+    """The preflight role's decision, offline: inkling_variant's pick (or refusals), then evaluate;
+    the failures of the checks a tensor parallel size decides."""
+    table, version = default_table()
+    try:
+        variant, _reasons = vt.select_variant(gpu, model, tp, table, overrides=overrides, host='gpu-node-01',
+                                              schema_version=version)
+        refusals, error = [], None
+    except vt.VariantRefused as exc:
+        variant, refusals, error = None, exc.refusals, str(exc)
+    report = run(gpu=gpu, facts=host_facts(cdi_specs=[cdi_spec(gpu=gpu)]), variant=variant,
+                 variant_refusals=refusals, variant_error=error, tensor_parallel_size=tp)
+    return [f for f in report['failures'] if f['check'] in TP_CHECKS]
+
+
+def entry_for(model, cap, tp):
+    """A tested entry of tensor parallel size ``tp``, as an operator would add it: the table's entry
+    for this model and compute capability, with its size and --tensor-parallel-size changed."""
+    table, _version = default_table()
+    name, entry = [(n, e) for n, e in sorted(table.items()) if e.get('enabled', True)
+                   and e['model']['repo_id'] == model and cap in e['compute_caps']
+                   and not e.get('nodes_per_replica')][0]
+    entry = copy.deepcopy(entry)
+    entry['tensor_parallel_size'] = tp
+    args = entry['vllm_args']
+    args[args.index('--tensor-parallel-size') + 1] = str(tp)
+    entry['priority'] = 99
+    return {'%s-tp%d' % (name, tp): entry}
+
+
+def follow(gpu, model, tp, remedy):
+    """Take a remedy's advice on the tensor parallel size; returns what it was told to try (a list),
+    each (description, failures of the next preflight)."""
+    cap = gpu['compute_caps'][0]
+    tried = []
+    added = re.search(r'add a tested entry of tensor parallel size (\d+) .*?then set preflight_tensor_parallel_size '
+                      r'to (\d+)', remedy)
+    if added:
+        size = int(added.group(2))
+        tried.append(('entry tp %d' % size, preflight(gpu, model, size, entry_for(model, cap, size))))
+    for size in re.findall(r'set preflight_tensor_parallel_size to (\d+): entry', remedy):
+        tried.append(('tp %s' % size, preflight(gpu, model, int(size))))
+    host = re.search(r'a host with (?:exactly )?([\d or]+?) (?:such )?GPUs', remedy)
+    if host and not re.search(r'\buse a host with %d GPUs' % tp, remedy):
+        for count in re.findall(r'\d+', host.group(1)):
+            tried.append(('%s GPUs' % count, preflight(gpus_like(gpu, int(count)), model, int(count))))
+    return tried
+
+
+@pytest.mark.parametrize('name,gpu,model,tp', [
+    ('GB200 x4 at TP 8', gb200(4), BIG, 8),
+    ('GB200 x4 at TP 4', gb200(4), BIG, 4),
+    ('H200 x8 with a GPU missing', make_gpu(count=7), BIG, 8),
+    ('H200 x2, the 975B model', make_gpu(count=2), BIG, 8),
+    ('H200 x2, Inkling-Small at TP 8', make_gpu(count=2), SMALL, 8),
+    ('H200 x8 at TP 4', make_gpu(count=8), BIG, 4),
+    ('GB200 x2, Inkling-Small at TP 4', gb200(2), SMALL, 4),
+    ('H200 x8, Inkling-Small at TP 2', make_gpu(count=8), SMALL, 2),
+])
+def test_each_tensor_parallel_remedy_passes_the_check_that_follows(name, gpu, model, tp):
+    failures = preflight(gpu, model, tp)
+    assert failures, name
+    advised = 0
+    for fail in failures:
+        remedy = fail['remedy']
+        if 'tensor parallel' not in remedy and 'GPUs' not in remedy:
+            continue
+        # the remedy the issue saw: it named no size and led to "set the tensor parallel size to one of 8"
+        assert 'to the number of GPUs' not in remedy and 'one of' not in remedy, remedy
+        tried = follow(gpu, model, tp, remedy)
+        for what, after in tried:
+            assert after == [], '%s: %s -> %s: %s' % (name, fail['check'], what, after)
+        fixable_here = [w for w, _a in tried if w.startswith('tp ')]
+        if not fixable_here:
+            assert ('no setting of preflight_tensor_parallel_size fixes it' in remedy
+                    or fail['check'] != 'gpu.count' or gpu['gpu_count'] > tp), remedy
+        advised += len(tried)
+    assert advised, name
+
+
+def test_gb200_x4_is_told_plainly_that_it_cannot_serve_the_975b_model_alone():
+    failures = dict((f['check'], f) for f in preflight(gb200(4), BIG, 8))
+    assert failures['gpu.count']['remedy'] == (
+        'if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid errors; otherwise this '
+        'host cannot serve thinkingmachines/Inkling-NVFP4 alone: no enabled variant for compute capability 10.0 '
+        'uses its 4 GPU(s) (entries use tensor parallel size 8), so no setting of preflight_tensor_parallel_size '
+        'fixes it; serve it from a host with 8 such GPUs (and preflight_tensor_parallel_size set to that number); '
+        'or add a tested entry of tensor parallel size 4 for compute capability 10.0 through '
+        'preflight_variant_overrides, then set preflight_tensor_parallel_size to 4')
