@@ -265,35 +265,54 @@ KIND_WORDS = {
 
 
 def validate_entry(name, entry):
-    """Return a list of error strings for one enabled entry (empty when valid)."""
+    """Return a list of error strings for one enabled entry (empty when valid): every bad key at once.
+    A key that is missing or of the wrong type is reported once and skips only the checks that read it."""
     errors = []
     where = 'entry %r' % name
     if not isinstance(entry, dict):
         return ['%s must be a dict, got %s' % (where, type(entry).__name__)]
     for key in sorted(set(entry) - set(ENTRY_KEYS)):
         errors.append('%s: unknown key %r (known: %s)' % (where, key, ', '.join(sorted(ENTRY_KEYS))))
+    bad = set()
     for key in REQUIRED_KEYS:
         if key not in entry:
             errors.append('%s: missing %r' % (where, key))
+            bad.add(key)
     for key, kind in ENTRY_KEYS.items():
         if key in entry and entry[key] is not None and not _type_ok(kind, entry[key]):
             errors.append('%s: %s must be %s, got %r' % (where, key, KIND_WORDS[kind], entry[key]))
+            bad.add(key)
         elif key in entry and entry[key] is None and key in REQUIRED_KEYS:
             errors.append('%s: %s must not be null' % (where, key))
-    if errors:
-        return errors
+            bad.add(key)
 
-    if entry['architecture'] not in ARCHITECTURES:
+    def usable(*keys):
+        return not bad.intersection(keys)
+
+    if usable('architecture') and entry['architecture'] not in ARCHITECTURES:
         errors.append('%s: architecture %r is not one of %s' % (where, entry['architecture'], ', '.join(ARCHITECTURES)))
-    if entry['tensor_parallel_size'] < 1:
+    if usable('tensor_parallel_size') and entry['tensor_parallel_size'] < 1:
         errors.append('%s: tensor_parallel_size must be >= 1' % where)
-    for mod in entry.get('modalities') or []:
+    for mod in (entry.get('modalities') or []) if usable('modalities') else []:
         if mod not in MODALITIES:
             errors.append('%s: modalities: %r is not one of %s' % (where, mod, ', '.join(MODALITIES)))
-    if not DRIVER_RE.match(entry['min_driver']):
+    if usable('min_driver') and not DRIVER_RE.match(entry['min_driver']):
         errors.append('%s: min_driver %r is not a driver version like "580.65.06"' % (where, entry['min_driver']))
+    if usable('model'):
+        errors.extend(_validate_model(where, entry['model']))
+    if usable('image'):
+        errors.extend(_validate_image(where, entry['image']))
+    if usable('vllm_args'):
+        errors.extend(_validate_args(where, entry, check_tp=usable('tensor_parallel_size')))
+    if usable('nodes_per_replica', 'node_args'):
+        errors.extend(_validate_nodes(where, entry))
+    if usable('mounts'):
+        errors.extend(_validate_mounts(where, entry.get('mounts') or []))
+    return errors
 
-    model = entry['model']
+
+def _validate_model(where, model):
+    errors = []
     for key in sorted(set(model) - set(MODEL_KEYS)):
         errors.append('%s: model has unknown key %r (known: %s)' % (where, key, ', '.join(MODEL_KEYS)))
     if not isinstance(model.get('repo_id'), str) or not re.match(r'^[\w.-]+/[\w.-]+$', model.get('repo_id') or ''):
@@ -307,8 +326,11 @@ def validate_entry(name, entry):
     size = model.get('size_bytes')
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
         errors.append('%s: model.size_bytes must be a positive integer or null, got %r' % (where, size))
+    return errors
 
-    image = entry['image']
+
+def _validate_image(where, image):
+    errors = []
     for key in sorted(set(image) - set(IMAGE_KEYS)):
         errors.append('%s: image has unknown key %r (known: %s)' % (where, key, ', '.join(IMAGE_KEYS)))
     ref = image.get('reference')
@@ -323,7 +345,11 @@ def validate_entry(name, entry):
     digest = image.get('digest')
     if digest is not None and not (isinstance(digest, str) and DIGEST_RE.match(digest)):
         errors.append('%s: image.digest must be null or "sha256:<64 hex>", got %r' % (where, digest))
+    return errors
 
+
+def _validate_args(where, entry, check_tp=True):
+    errors = []
     args = entry['vllm_args']
     for arg in args:
         flag = arg.split('=', 1)[0]
@@ -332,13 +358,15 @@ def validate_entry(name, entry):
                           '--served-model-name, --host and --port itself (set served_model_name instead)'
                           % (where, flag))
     tp_arg = _arg_value(args, '--tensor-parallel-size') or _arg_value(args, '-tp')
-    if tp_arg is not None and tp_arg != str(entry['tensor_parallel_size']):
+    if check_tp and tp_arg is not None and tp_arg != str(entry['tensor_parallel_size']):
         errors.append('%s: vllm_args say --tensor-parallel-size %s but tensor_parallel_size is %s'
                       % (where, tp_arg, entry['tensor_parallel_size']))
+    return errors
 
-    errors.extend(_validate_nodes(where, entry))
 
-    for index, mount in enumerate(entry.get('mounts') or []):
+def _validate_mounts(where, mounts):
+    errors = []
+    for index, mount in enumerate(mounts):
         if not isinstance(mount, dict):
             errors.append('%s: mounts[%d] must be a dict with source and target' % (where, index))
             continue
@@ -416,10 +444,8 @@ def validate_table(table, schema_version):
             errors.append('entry %r must be a dict, got %s' % (name, type(entry).__name__))
             continue
         enabled = entry.get('enabled', True)
-        if not isinstance(enabled, bool):
-            errors.append('entry %r: enabled must be true or false, got %r' % (name, enabled))
-            continue
-        if enabled:
+        if enabled is not False:
+            # An entry whose enabled is not a boolean is checked whole too (validate_entry reports it).
             errors.extend(validate_entry(name, entry))
     if errors:
         raise VariantTableError(errors)

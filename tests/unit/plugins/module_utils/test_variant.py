@@ -295,6 +295,34 @@ def test_table_validation_names_the_entry(table, override, expected):
     assert 'sm100' in str(err.value)
 
 
+# One bad key each (issue 37): the key that is wrong, and what the error says of it.
+BAD_KEYS = {
+    'unknown key': ({'min_drvier': '1'}, "unknown key 'min_drvier'"),
+    'enabled': ({'enabled': 'yes'}, 'enabled must be true or false'),
+    'priority': ({'priority': 'high'}, 'priority must be an integer'),
+    'tensor_parallel_size': ({'tensor_parallel_size': '8'}, 'tensor_parallel_size must be an integer'),
+    'compute_caps': ({'compute_caps': '10.0'}, 'compute_caps must be a non-empty list'),
+    'architecture': ({'architecture': 'volta'}, "architecture 'volta' is not one of"),
+    'min_driver': ({'min_driver': 'latest'}, "min_driver 'latest' is not a driver version"),
+    'served_model_name': ({'served_model_name': 5}, 'served_model_name must be a non-empty string'),
+    'image.reference': ({'image': {'reference': 'vllm/vllm-openai:v0.28.0'}}, 'is not fully qualified'),
+    'model.revision': ({'model': {'revision': 'a b'}}, 'model.revision must be a branch, tag or commit'),
+    'vllm_args': ({'vllm_args': '--port 8000'}, 'vllm_args must be a list of strings'),
+    'mounts': ({'mounts': [{'source': 'relative', 'target': '/x'}]}, 'mounts[0].source must be an absolute path'),
+}
+
+
+@pytest.mark.parametrize('first,second', [(a, b) for i, a in enumerate(sorted(BAD_KEYS))
+                                          for b in sorted(BAD_KEYS)[i + 1:]])
+def test_every_bad_key_of_an_override_entry_is_reported_at_once(table, first, second):
+    override = vt.deep_merge(BAD_KEYS[first][0], BAD_KEYS[second][0])
+    with pytest.raises(vt.VariantTableError) as err:
+        select(facts_from_rows(h200_rows(8)), BIG, 8, table, overrides={'sm100': override})
+    errors = [e for e in err.value.errors if e.startswith("entry 'sm100': ")]
+    for name in (first, second):
+        assert sum(BAD_KEYS[name][1] in e for e in errors) == 1, (name, errors)
+    assert len(errors) == 2, errors
+
 def test_short_image_name_error_explains_f12(table):
     with pytest.raises(vt.VariantTableError) as err:
         vt.validate_table(vt.merge_table(table, {'sm100': {'image': {'reference': 'vllm/vllm-openai:v0.28.0'}}}), 1)
