@@ -610,8 +610,8 @@ def check_driver(gpu, gpu_error, kernel_module_version, min_driver,
 def gpu_count_remedy(count, tensor_parallel_size, refusals=None):
     """The gpu.count remedy. The variant table knows which tensor parallel size, if any, this host can
     serve with (inkling_variant's gpu.count refusal says it, or says that no setting fixes it; any of
-    its refusals carries it as ``tensor_parallel_advice``): that advice is used when there is one. Without it no size is suggested, as one the table does not offer
-    would only be refused by the variant check."""
+    its refusals carries it as ``tensor_parallel_advice``): that advice is used when there is one. Without it
+    no size is suggested, as one the table does not offer would only be refused by the variant check."""
     for ref in refusals or []:
         if ref.get('check') == 'gpu.count' and ref.get('remedy'):
             return ref['remedy']

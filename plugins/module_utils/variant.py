@@ -794,8 +794,8 @@ def tensor_parallel_advice(gpu, model, single, multi, cap):
         if count and entry['tensor_parallel_size'] == count and have * _nodes(entry) >= need(entry):
             return True, ('group %d identical hosts into a replica (host variable inkling_replica: <name> on each; '
                           'docs/variants.md, "Multi-node replicas") and set preflight_tensor_parallel_size to %d: '
-                          'entry %s serves %s across %d such hosts' % (_nodes(entry), count, name, model,
-                                                                        _nodes(entry)))
+                          'entry %s serves %s across %d such hosts'
+                          % (_nodes(entry), count, name, model, _nodes(entry)))
     sizes = sorted(set(e['tensor_parallel_size'] for _n, e in entries(single)))
     text = ('this host cannot serve %s alone: no enabled variant for compute capability %s uses its %d GPU(s)%s, '
             'so no setting of preflight_tensor_parallel_size fixes it; '

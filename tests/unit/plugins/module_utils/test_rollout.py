@@ -568,6 +568,7 @@ def test_the_budget_halt_says_where_the_hosts_failed():
                                       '(set aside by preflight: 1, failed staging: 2, failed the drain: 1)')
     assert r.summary_lines(journal)[-1].startswith('Halted: 4 host(s) failed')
 
+
 def test_a_rolled_back_host_whose_undrain_failed_is_reported_as_such():
     """Out of the load balancer after its rollback: the report must not say merely 'rolled back'."""
     journal, _a, _n = opened(ok=('a',), max_failed=5)

@@ -323,6 +323,7 @@ def test_every_bad_key_of_an_override_entry_is_reported_at_once(table, first, se
         assert sum(BAD_KEYS[name][1] in e for e in errors) == 1, (name, errors)
     assert len(errors) == 2, errors
 
+
 def test_short_image_name_error_explains_f12(table):
     with pytest.raises(vt.VariantTableError) as err:
         vt.validate_table(vt.merge_table(table, {'sm100': {'image': {'reference': 'vllm/vllm-openai:v0.28.0'}}}), 1)
