@@ -212,6 +212,8 @@ class ActionModule(ActionBase):
             data.setdefault('t_stop', time.time())
         if args['phase'] in ('serving_new', 'rolled_back', 'rollback_undrain_failed'):
             data.setdefault('t_ready', time.time())
+        if args['phase'] == 'unchanged':
+            data.setdefault('t_seen', time.time())   # ends an outage a killed run left open
         rec = engine.record(journal, host, args['phase'], _now(), data)
         _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
         return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase']), 'canary': bool(rec.get('canary')),

@@ -385,8 +385,12 @@ def record(journal, host, phase, now, data=None):
     if phase == 'draining':
         rec['canary'] = _canary(journal, host, rec)
     if phase == 'restarting':
-        rec.setdefault('restarts', []).append({'run': run, 'kind': 'restart', 't_stop': data.get('t_stop', None),
-                                               't_ready': None, 'unavailable_s': None})
+        restarts = rec.setdefault('restarts', [])
+        _end_interrupted(restarts, data.get('t_stop'), 'stopped again by run %d' % run)
+        restarts.append({'run': run, 'kind': 'restart', 't_stop': data.get('t_stop', None),
+                         't_ready': None, 'unavailable_s': None})
+    elif phase == 'unchanged':
+        _end_interrupted(rec.get('restarts') or [], data.get('t_seen'), 'found serving its target by run %d' % run)
     elif phase in ('serving_new', 'rolled_back', 'rollback_undrain_failed'):
         _close_restart(rec, data.get('t_ready'), rolled_back=(phase != 'serving_new'))
     elif phase in ('rollback_failed', 'removed'):
@@ -424,6 +428,21 @@ def _canary(journal, host, rec):
     key = canary_key(rec)
     canaries.setdefault(key, host)
     return canaries[key] == host
+
+
+def _end_interrupted(restarts, t_end, how):
+    """An outage a killed run left open (its stop recorded, its ready never: open_run marked it interrupted) ends,
+    as far as the journal can tell, when a later run stops the host again or finds it serving its target. It counts
+    up to then, across runs, never as 0 s: an upper bound, since the host stayed drained all that time."""
+    if not restarts or t_end is None:
+        return
+    last = restarts[-1]
+    if not last.get('interrupted') or last.get('t_ready') is not None or last.get('t_stop') is None \
+            or last.get('t_end') is not None:
+        return
+    last['t_end'] = t_end
+    last['ended'] = how
+    last['unavailable_s'] = round(max(float(t_end) - float(last['t_stop']), 0.0), 1)
 
 
 def _close_restart(rec, t_ready, rolled_back, failed=False):
@@ -562,6 +581,11 @@ def _cell(value):
     return ' '.join(str(value if value is not None else '-').replace('|', '/').split()) or '-'
 
 
+def _end(restart):
+    """When an outage ended: its ready, else the end a later run inferred for an interrupted one, else None."""
+    return restart.get('t_ready') if restart.get('t_ready') is not None else restart.get('t_end')
+
+
 def render_markdown(journal, width=60):
     """The Markdown report: status, per-host table (totals over every run of this rollout),
     events, and a text chart of each host's unavailability."""
@@ -592,7 +616,8 @@ def render_markdown(journal, width=60):
     out += render_analysis(journal)
     out += ['', '## Unavailability timeline', '',
             'Seconds from the first stop of this rollout; each bar is one host out of service (from the stop of',
-            'its old server to its new, or rolled-back, server passing the gates; `x`: not back).', '']
+            'its old server to its new, or rolled-back, server passing the gates; `x`: not back; `~`: left open',
+            'by a killed run, counted until a later run stopped the host again or found it serving).', '']
     bars = []
     for host, rec in sorted(journal.get('hosts', {}).items()):
         for r in rec.get('restarts', []):
@@ -603,28 +628,30 @@ def render_markdown(journal, width=60):
     else:
         bars.sort(key=lambda b: b[0])
         t0 = bars[0][0]
-        ends = [float(r['t_ready']) for _t, _h, r in bars if r.get('t_ready') is not None] + [b[0] for b in bars]
+        ends = [float(_end(r)) for _t, _h, r in bars if _end(r) is not None] + [b[0] for b in bars]
         span = max(max(ends) - t0, 1.0)
         out += ['| host | run | down at (s) | up at (s) | unavailable (s) |', '| --- | --- | --- | --- | --- |']
         for t, host, r in bars:
-            up = ('%.1f' % (float(r['t_ready']) - t0)) if r.get('t_ready') is not None else 'not back'
+            up = ('%.1f' % (float(r['t_ready']) - t0)) if r.get('t_ready') is not None else (
+                '%.1f (interrupted: %s)' % (float(r['t_end']) - t0, r.get('ended', '?')) if r.get('t_end') is not None
+                else 'not back')
             cells = (host, r.get('run', 1), t - t0, up, _cell(r.get('unavailable_s')))
             out.append('| %s | %s | %.1f | %s | %s |' % cells)
         out += ['', 'The axis spans %.1f s.' % span, '', '```text']
         for t, host, r in bars:
             a = min(int((t - t0) / span * width), width - 1)
-            end = float(r['t_ready']) if r.get('t_ready') is not None else t0 + span
+            end = float(_end(r)) if _end(r) is not None else t0 + span
             b = min(max(int(-(-(end - t0) / span * width // 1)), a + 1), width)
-            mark = '#' if r.get('t_ready') is not None else 'x'
+            mark = '#' if r.get('t_ready') is not None else ('~' if r.get('t_end') is not None else 'x')
             out.append('%-24s |%s%s%s|' % (host, ' ' * a, mark * (b - a), ' ' * (width - b)))
         out.append('```')
         out += ['', '```mermaid', 'gantt', '    title Unavailability per host', '    dateFormat X', '    axisFormat %s']
         for t, host, r in bars:
             failed = r.get('rolled_back') or r.get('not_back') or r.get('interrupted')
-            if r.get('t_ready') is not None:
+            if _end(r) is not None:
                 label = 'down %s s%s :%s, %d, %d' % (
                     r.get('unavailable_s'), ' (failed)' if failed else '', 'crit' if failed else 'active', int(t),
-                    int(float(r['t_ready'])))
+                    int(float(_end(r))))
             else:
                 label = 'down - not back (failed) :crit, %d, %d' % (int(t), int(t0 + span))
             out += ['    section %s' % host, '    ' + label]

@@ -6,8 +6,10 @@ the report's totals over every run of a resumed rollout."""
 
 import itertools
 import json
+import os
 import re
 
+import jsonschema
 import pytest
 
 from ansible_collections.inkling.fleet.plugins.action import rollout_journal as rj
@@ -15,6 +17,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import analysis as a
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as r
 
 NOW = '2026-12-01T10:00:00Z'
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 T0 = 1796000000.0
 H200 = {'variant': 'sm90-patched', 'image': 'reg.lab/vllm:1', 'image_digest': 'sha256:' + 'a' * 64,
         'revision': 'main', 'served_model_name': 'inkling', 'vllm_args': ['--tp', '8'], 'env': {}}
@@ -234,13 +237,46 @@ def test_same_deployment_resumes_and_the_report_keeps_the_first_runs_restarts():
     b = r.host_view(journal['hosts']['b'])
     assert b['restarts'] == 2  # interrupted one, then the finished one
     assert [e['phase'] for e in journal['hosts']['b']['events']].count('interrupted') == 1
+    # issue 37: every outage counts from its stop to its ready, across runs. b was stopped at 100 and stayed out
+    # until run 2 stopped it again at 500 (then ready at 533): 400 + 33 s, not 33 s with the first dropped
+    assert b['unavailable_s'] == 433.0
     text = r.render_markdown(journal)
     assert '| a | 1 | 0.0 | 33.0 | 33.0 |' in text
-    assert '| b | 1 | 100.0 | not back | - |' in text
+    assert '| b | 1 | 100.0 | 500.0 (interrupted: stopped again by run 2) | 400.0 |' in text
     assert '| b | 2 | 500.0 | 533.0 | 33.0 |' in text
+    # the text chart draws the first outage up to the second stop, not to the end of the axis
+    bar = [line for line in text.splitlines() if line.startswith('b ') and '~' in line]
+    assert len(bar) == 1 and bar[0].rstrip('|').endswith(' ' * 3), bar
     lines = r.summary_lines(journal)
     assert any(line.startswith('a: unchanged: already serving the target') and 'restarts=1 unavailable=33.0s'
                in line for line in lines)
+
+
+def test_an_outage_a_killed_run_left_open_ends_when_the_next_run_finds_the_host_serving():
+    """Killed during the gate: the host came up on the new unit by itself. The resumed run finds it serving its
+    target (unchanged): the first outage counts until then, and the host is not reported 'not back'."""
+    first = interrupted_journal()
+    journal, dummy, dummy = r.open_run(first, outcomes(('a', 'b')), 'RUN3', NOW)
+    walk(journal, 'a', ['staged', 'unchanged'])
+    r.record(journal, 'b', 'staged', NOW)
+    r.record(journal, 'b', 'unchanged', NOW, {'t_seen': T0 + 160})
+    r.close_run(journal, NOW)
+    b = r.host_view(journal['hosts']['b'])
+    assert b['restarts'] == 1 and b['unavailable_s'] == 60.0 and not b['not_back']
+    restart = journal['hosts']['b']['restarts'][0]
+    assert restart['t_end'] == T0 + 160 and restart['ended'] == 'found serving its target by run 2'
+    assert restart['t_ready'] is None and restart['interrupted'] is True
+    text = r.render_markdown(journal)
+    assert '| b | 1 | 100.0 | 160.0 (interrupted: found serving its target by run 2) | 60.0 |' in text
+    with open(os.path.join(REPO_ROOT, 'docs', 'report-schema.json')) as f:
+        restarts = json.load(f)['properties']['hosts']['additionalProperties']['properties']['restarts']
+    jsonschema.validate(journal['hosts']['b']['restarts'], restarts)
+    # an outage no later run observed stays open: 'not back'
+    lone = interrupted_journal()
+    journal2, dummy, dummy = r.open_run(lone, outcomes(('a',)), 'RUN3', NOW)
+    assert journal2['hosts']['b']['phase'] == 'interrupted'
+    assert r.host_view(journal2['hosts']['b'])['not_back'] is True
+    assert journal2['hosts']['b']['restarts'][0].get('t_end') is None
 
 
 def test_another_deployment_abandons_the_interrupted_run():
