@@ -106,6 +106,15 @@ options:
   relay_group:
     description: The group the relay serves as.
     type: str
+  create_owner:
+    description:
+      - Create O(relay_owner) as an unprivileged system user (no home, shell C(/usr/sbin/nologin)) when it does not
+        exist, and O(relay_group) as a system group when it is O(relay_owner)'s own name and does not exist, with
+        C(groupadd) and C(useradd), in this same module run (the peer staging of a fleet waits for every task on
+        every host). The rsync daemon's configuration names the same user.
+      - An existing user or group is left as it is. Refuses C(root) or uid 0.
+    type: bool
+    default: false
   relay_hold_s:
     description: Seconds the relay waits for a blob a receiver asks for before it answers that it holds none.
     type: float
@@ -147,11 +156,18 @@ reset:
     returns it.
   returned: when pid_file is given
   type: dict
+created:
+  description: The user and group created (C(user NAME), C(group NAME)), or that would be in check mode.
+  returned: when create_owner is true
+  type: list
+  elements: str
 '''
 
+import grp
 import inspect
 import json
 import os
+import pwd
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
@@ -180,6 +196,43 @@ def sandbox(rundir):
     return ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ProtectHome=yes', 'PrivateTmp=yes',
             'ReadWritePaths=%s' % rundir, 'CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_SYS_CHROOT',
             'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX']
+
+
+def ensure_owner(module, user, group):
+    """Create the unprivileged system user (and its own group) the daemon and the relay serve as, when missing.
+    Returns the names created (or that would be, in check mode)."""
+    if not user or user == 'root':
+        module.fail_json(msg='%s: the peer daemons must not serve as %r; set hf_cache_peer_serve_user to an '
+                             'unprivileged user' % (os.uname()[1], user))
+    created = []
+    try:
+        if pwd.getpwnam(user).pw_uid == 0:
+            module.fail_json(msg='%s: user %s has uid 0; the peer daemons must serve as an unprivileged user'
+                                 % (os.uname()[1], user))
+        return created
+    except KeyError:
+        pass
+    group = group or user
+    commands = []
+    try:
+        grp.getgrnam(group)
+    except KeyError:
+        if group != user:
+            module.fail_json(msg='%s: group %s does not exist (hf_cache_group); create it or set hf_cache_group to '
+                                 'one that does' % (os.uname()[1], group))
+        commands.append([module.get_bin_path('groupadd', required=True), '--system', group])
+        created.append('group ' + group)
+    commands.append([module.get_bin_path('useradd', required=True), '--system', '--no-create-home',
+                     '--home-dir', '/nonexistent', '--shell', '/usr/sbin/nologin', '--gid', group,
+                     '--comment', 'inkling.fleet hub cache peer serving', user])
+    created.append('user ' + user)
+    if module.check_mode:
+        return created
+    for argv in commands:
+        rc, out, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg='%s: cannot create %s: %s' % (os.uname()[1], argv[-1], (err or out).strip()))
+    return created
 
 
 def relay_command(p, ids):
@@ -216,6 +269,7 @@ def main():
             relay_allow=dict(type='list', elements='str', default=[]),
             relay_owner=dict(type='str'),
             relay_group=dict(type='str'),
+            create_owner=dict(type='bool', default=False),
             relay_hold_s=dict(type='float', default=2),
             relay_stall_s=dict(type='int', default=15),
         ),
@@ -228,21 +282,23 @@ def main():
                              'network.' % os.uname()[1])
     if p['relay_port'] and not (p['relay_repo_dir'] and p['address']):
         module.fail_json(msg='%s: relay_port needs relay_repo_dir and address' % os.uname()[1])
+    extra = {}
+    if p['create_owner']:
+        extra['created'] = ensure_owner(module, p['relay_owner'], p['relay_group'])
     ids = (None, None)
-    if p['relay_port']:
+    if p['relay_port'] and not (module.check_mode and extra.get('created')):
         try:
             ids = hc.resolve_owner(p['relay_owner'], p['relay_group'])
         except hc.HfCacheError as exc:
             module.fail_json(msg='%s: the relay cannot serve as %s:%s: %s' % (os.uname()[1], p['relay_owner'],
                                                                               p['relay_group'], exc))
-    extra = {}
     if p['pid_file']:
         extra['reset'] = hf_peer_daemon.reset(module, p['unit'], p['pid_file'], p['remove'])
     systemctl = module.get_bin_path('systemctl', required=True)
     rc, out, dummy = module.run_command([systemctl, 'is-active', p['unit'] + '.service'])
     ended = extra.get('reset') or {}
     if out.strip() in ('active', 'activating', 'reloading') and not (module.check_mode and ended.get('stopped')):
-        module.exit_json(changed=bool(ended.get('changed')), started=False, msg='%s runs already' % p['unit'], **extra)
+        module.exit_json(changed=bool(ended.get('changed') or extra.get('created')), started=False, msg='%s runs already' % p['unit'], **extra)
     if module.check_mode:
         module.exit_json(changed=True, started=True, **extra)
     if not os.path.isdir(p['rundir']):

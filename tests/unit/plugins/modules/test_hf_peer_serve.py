@@ -131,3 +131,36 @@ def test_with_a_relay_port_the_unit_runs_the_relay_beside_the_daemon(tmp_path):
     assert cfg['blobs_dir'] == '/srv/hub/models--o--n/blobs' and cfg['inbox'] == '/srv/hub/models--o--n/.inkling/incoming'
     assert cfg['secrets_file'] == str(tmp_path / 'rsyncd.secrets') and cfg['stall_s'] == 15
     assert 'run-secret' not in (rundir / 'relay.json').read_text() and not [a for a in argv if 'run-secret' in a]
+
+
+def owner_bins(tmp_path):
+    """Stand-ins for groupadd and useradd that record their arguments."""
+    env = fake_bin(tmp_path, False)
+    bindir = tmp_path / 'bin'
+    for name in ('groupadd', 'useradd'):
+        (bindir / name).write_text('#!/bin/sh\nprintf "%%s\\n" "%s $*" >> %s\n' % (name, tmp_path / 'accounts'))
+        os.chmod(str(bindir / name), 0o755)
+    return env
+
+
+def test_the_serving_user_and_its_group_are_created_in_the_same_run_when_missing(tmp_path):
+    """Issue 36, finding 8: the daemons serve as a dedicated unprivileged user, created by the module that starts
+    them (no extra task: the fleet's peer staging waits for every task on every host)."""
+    args = {'unit': 'inkling-hf-rsyncd', 'config': 'port = 8873\n', 'config_path': str(tmp_path / 'rsyncd.conf'),
+            'secrets_path': str(tmp_path / 'rsyncd.secrets'), 'user': 'inkling-fleet', 'secret': 'run-secret',
+            'rundir': str(tmp_path / 'run'), 'relay_owner': 'inkling-test-absent', 'relay_group': 'inkling-test-absent',
+            'create_owner': True}
+    rc, res = run_module('hf_peer_serve', args, env=owner_bins(tmp_path), tmp_path=tmp_path)
+    assert rc == 0 and res['created'] == ['group inkling-test-absent', 'user inkling-test-absent'], res
+    assert (tmp_path / 'accounts').read_text().splitlines() == [
+        'groupadd --system inkling-test-absent',
+        'useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --gid '
+        'inkling-test-absent --comment inkling.fleet hub cache peer serving inkling-test-absent']
+    # an existing user is left alone; root is refused before anything changes
+    (tmp_path / 'accounts').unlink()
+    rc, res = run_module('hf_peer_serve', dict(args, relay_owner='nobody', relay_group='nogroup'),
+                         env=owner_bins(tmp_path), tmp_path=tmp_path)
+    assert rc == 0 and res['created'] == [] and not (tmp_path / 'accounts').exists(), res
+    rc, res = run_module('hf_peer_serve', dict(args, relay_owner='root', secrets_path=str(tmp_path / 'other')),
+                         env=owner_bins(tmp_path), tmp_path=tmp_path)
+    assert rc != 0 and 'must not serve as' in res['msg'] and not (tmp_path / 'other').exists(), res
