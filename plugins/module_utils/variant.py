@@ -772,7 +772,7 @@ def tensor_parallel_advice(gpu, model, single, multi, cap):
     host's GPUs hold the model (``single``: single-host entries; ``multi``: multi-node ones, taken
     as a replica of identical hosts). Otherwise ``fixed`` is False and the text says plainly that
     no setting of preflight_tensor_parallel_size fixes it, and what does (a host with enough such
-    GPUs, a replica, another variant)."""
+    GPUs, a replica), never the variant overrides: the count is a host problem."""
     gpus = gpu.get('gpus') or []
     count = gpu.get('gpu_count', len(gpus))
     have = tp_group_memory_mib(gpus, count)
@@ -811,10 +811,8 @@ def tensor_parallel_advice(gpu, model, single, multi, cap):
         if per_gpu * entry['tensor_parallel_size'] * _nodes(entry) >= need(entry):
             ways.append('group %d identical hosts of %d such GPUs into a replica (entry %s; docs/variants.md, '
                         '"Multi-node replicas")' % (_nodes(entry), entry['tensor_parallel_size'], name))
-    floor = min([need(e) for _n, e in entries(single) + entries(multi)] or [0])
-    if count and have >= floor:
-        ways.append('add a tested entry of tensor parallel size %d for compute capability %s through '
-                    'preflight_variant_overrides, then set preflight_tensor_parallel_size to %d' % (count, cap, count))
+    # never "add an entry through preflight_variant_overrides" here: a GPU count that no entry serves is a host
+    # problem (a missing GPU, the wrong machine), and the table is changed for a tested build, not for a host
     if not ways:
         ways.append('use GPUs with more memory')
     return False, text + '; or '.join(ways)

@@ -1125,6 +1125,4 @@ def test_gb200_x4_is_told_plainly_that_it_cannot_serve_the_975b_model_alone():
         'if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid errors; otherwise this '
         'host cannot serve thinkingmachines/Inkling-NVFP4 alone: no enabled variant for compute capability 10.0 '
         'uses its 4 GPU(s) (entries use tensor parallel size 8), so no setting of preflight_tensor_parallel_size '
-        'fixes it; serve it from a host with 8 such GPUs (and preflight_tensor_parallel_size set to that number); '
-        'or add a tested entry of tensor parallel size 4 for compute capability 10.0 through '
-        'preflight_variant_overrides, then set preflight_tensor_parallel_size to 4')
+        'fixes it; serve it from a host with 8 such GPUs (and preflight_tensor_parallel_size set to that number)')
