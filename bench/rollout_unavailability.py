@@ -113,7 +113,9 @@ def overrides_file(digest, tag, path, extra=None):
     gen = generated()
     image = {'reference': '%s:%s' % (gen['lab_generated_standin_image'], tag), 'digest': digest}
     model = {'revision': gen['lab_generated_model_revision'], 'size_bytes': int(gen['lab_generated_model_size_bytes'])}
-    names = ['sm90-patched', 'sm90-upstream', 'sm100', 'sm90-small-tp2', 'sm100-small-tp2']
+    # every entry of the lab's table (inventory/lab): an -e layer replaces the inventory's, and play 0 refuses an
+    # entry that runs remote code from a branch (docs/variants.md, "Pinned revisions")
+    names = ['sm90-patched', 'sm90-upstream', 'sm100', 'sm90-small-tp2', 'sm100-small-tp2', 'sm90-h100-2node']
     data = {'preflight_variant_overrides': dict((n, {'image': image, 'model': model}) for n in names),
             'rollout_serial': SERIAL, 'rollout_report_dir': os.path.join(os.path.dirname(path), 'reports')}
     data.update(extra or {})
