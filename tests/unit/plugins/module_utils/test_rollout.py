@@ -245,8 +245,8 @@ def test_same_deployment_resumes_and_the_report_keeps_the_first_runs_restarts():
     assert '| b | 1 | 100.0 | 500.0 (interrupted: stopped again by run 2) | 400.0 |' in text
     assert '| b | 2 | 500.0 | 533.0 | 33.0 |' in text
     # the text chart draws the first outage up to the second stop, not to the end of the axis
-    bar = [line for line in text.splitlines() if line.startswith('b ') and '~' in line]
-    assert len(bar) == 1 and bar[0].rstrip('|').endswith(' ' * 3), bar
+    drawn = [line for line in text.splitlines() if line.startswith('b ') and '~' in line]
+    assert len(drawn) == 1 and drawn[0].rstrip('|').endswith(' ' * 3), drawn
     lines = r.summary_lines(journal)
     assert any(line.startswith('a: unchanged: already serving the target') and 'restarts=1 unavailable=33.0s'
                in line for line in lines)
