@@ -49,6 +49,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_for_port(port):
+    """Until something listens on 127.0.0.1:port (at most about 15 s)."""
+    for dummy in range(50):
+        try:
+            socket.create_connection(('127.0.0.1', port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def repo(root, name):
     rdir = os.path.join(str(root), name)
     os.makedirs(os.path.join(rdir, 'blobs'))
@@ -307,12 +317,7 @@ def test_the_script_serves_beside_its_command_and_ends_with_it(tmp_path, served)
     proc = subprocess.Popen([sys.executable, relay.__file__, str(tmp_path / 'mine.json'), '--',
                              sys.executable, '-c', 'import time; time.sleep(3)'])
     try:
-        for dummy in range(50):
-            try:
-                socket.create_connection(('127.0.0.1', cfg['port']), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(cfg['port'])
         (got, kind, dummy, dummy), dummy = receive(cfg['port'], repo(tmp_path, 'down'))
         assert (got, kind) == (1, None)
         assert proc.wait(10) == 0                     # ended with its command
@@ -345,12 +350,7 @@ def test_the_script_serves_confined_to_the_repository_as_the_unprivileged_user(t
     proc = subprocess.Popen([sys.executable, relay.__file__, str(tmp_path / 'confined.json'), '--',
                              sys.executable, '-c', 'import time; time.sleep(8)'])
     try:
-        for dummy in range(50):
-            try:
-                socket.create_connection(('127.0.0.1', cfg['port']), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(cfg['port'])
         with open('/proc/%d/status' % proc.pid) as f:
             uids = [line.split()[1:] for line in f if line.startswith(('Uid:', 'Gid:'))]
         assert uids == [[str(nobody.pw_uid)] * 4, [str(nobody.pw_gid)] * 4], uids
@@ -387,12 +387,7 @@ def test_a_receiver_without_the_repository_folder_yet_keeps_its_relay_and_daemon
     cfg = {'port': params['relay_port']}
     proc = subprocess.Popen(argv + [sys.executable, '-c', 'import time; time.sleep(8)'])
     try:
-        for dummy in range(50):
-            try:
-                socket.create_connection(('127.0.0.1', cfg['port']), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(cfg['port'])
         time.sleep(0.5)
         assert proc.poll() is None, 'the relay died confining itself'
         os.makedirs(os.path.join(rdir, 'blobs'))
