@@ -6,6 +6,11 @@
 Runs entirely on the controller (whatever host the task is for). Reads the journal, applies
 one decision of ``plugins/module_utils/rollout.py`` and writes it back, under an exclusive
 lock, because the hosts of a batch call it at the same time from Ansible's worker processes.
+
+Test hook (never set it in production): with ``INKLING_FLEET_TEST_KILL_AFTER=HOST:NAME`` in the
+controller's environment, the call that has just made durable the phase or step NAME of HOST
+kills its ansible-playbook with SIGKILL, as a lost controller would be, right there: the kill
+points of the resume tests (molecule/default/cases/killed.yml) are exact, not timed.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -15,6 +20,7 @@ import datetime
 import fcntl
 import json
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -23,7 +29,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
 
 ARGUMENT_SPEC = dict(
-    action=dict(type='str', required=True, choices=['open', 'record', 'admit', 'close', 'read']),
+    action=dict(type='str', required=True, choices=['open', 'record', 'step', 'admit', 'close', 'read']),
     report_dir=dict(type='path', required=True),
     host=dict(type='str'),
     hosts=dict(type='list', elements='str', default=[]),
@@ -33,6 +39,7 @@ ARGUMENT_SPEC = dict(
     min_healthy=dict(type='int', default=1),
     max_failed=dict(type='int', default=0),
     phase=dict(type='str'),
+    step=dict(type='str'),
     data=dict(type='dict', default={}),
     aborted_reason=dict(type='str'),
 )
@@ -85,6 +92,13 @@ def _controller():
 
 def _alive(pid, pid_start):
     return pid_start is not None and _start_ticks(pid) == pid_start
+
+
+def _test_kill_point(host, name):
+    """The test hook of the module docstring: SIGKILL this run's ansible-playbook, then this worker."""
+    if os.environ.get('INKLING_FLEET_TEST_KILL_AFTER') == '%s:%s' % (host, name):
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class JournalError(Exception):
@@ -216,16 +230,27 @@ class ActionModule(ActionBase):
             data.setdefault('t_seen', time.time())   # ends an outage a killed run left open
         rec = engine.record(journal, host, args['phase'], _now(), data)
         _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _test_kill_point(host, args['phase'])
         return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase']), 'canary': bool(rec.get('canary')),
                 'halted': journal.get('halted', False)}
+
+    def _do_step(self, journal, args, host, task_vars, path, directory, check_mode):
+        if journal is None:
+            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
+        engine.record_step(journal, host, args['step'], _now(), time.time())
+        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _test_kill_point(host, args['step'])
+        return {'step': args['step'], 'msg': '%s: %s' % (host, args['step'])}
 
     def _do_admit(self, journal, args, host, task_vars, path, directory, check_mode):
         if journal is None:
             raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
         admitted, announce = engine.admit(journal, host, args['max_failed'], _now())
         _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        rec = journal['hosts'][host]
         return {'admitted': admitted, 'announce': announce, 'halted': journal.get('halted', False),
-                'halt_reason': journal.get('halt_reason', ''), 'phase': journal['hosts'][host].get('phase')}
+                'halt_reason': journal.get('halt_reason', ''), 'phase': rec.get('phase'),
+                'resume': rec.get('resume', '') if admitted else '', 'canary': bool(rec.get('canary'))}
 
     def _do_read(self, journal, args, host, task_vars, path, directory, check_mode):
         return {'journal': journal or {}}

@@ -28,6 +28,17 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
                     (rollback_undrain_failed: serving its previous version, out of the load balancer)
 
 Terminal phases are the keys of ``TERMINAL``. Failed phases count against the failure budget.
+
+Within a restart, the steps that change the host each have their own record, written before
+the next step begins (``record_step``): ``draining`` is the intent (with the unit already
+written), ``restarting`` the stop about to begin, then the steps ``stopped`` and ``started``,
+the gate's result (``serving_new`` or ``rolling_back``), and in a rollback the steps
+``rollback_restored`` and ``rollback_started``. A run killed mid-way is resumed from them
+(``resume_plan``): a resumed run finishes what was under way instead of starting it again::
+
+    staged -> restarting    (resume: the host was stopped, or started, by the killed run)
+    staged -> rolling_back  (resume: the killed run was rolling the host back)
+    staged -> serving_new   (resume: the host passed its gate; its undrain was not recorded)
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -44,12 +55,25 @@ TRANSITIONS = {
     None: ('pending', 'excluded'),
     'pending': ('staged', 'stage_failed', 'not_reached'),
     'staged': ('unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
-               'trial_failed', 'draining'),
+               'trial_failed', 'draining', 'restarting', 'rolling_back', 'serving_new'),
     'draining': ('drain_failed', 'restarting', 'replica_held'),
     'restarting': ('serving_new', 'rolling_back'),
     'serving_new': ('done', 'undrain_failed'),
     'rolling_back': ('rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed'),
 }
+
+# A resumed run's entry into a restart the killed run left under way (resume_plan): from 'staged'
+# straight to the phase the host was in, only when its plan says so.
+RESUME_ENTRY = {'restarting': ('stop', 'start', 'gate'), 'rolling_back': ('rollback', 'rollback_gate'),
+                'serving_new': ('undrain',)}
+
+# The steps inside a phase, each recorded before the next step begins (record_step): step -> its phase.
+STEPS = {'stopped': 'restarting', 'started': 'restarting', 'rollback_restored': 'rolling_back',
+         'rollback_started': 'rolling_back'}
+
+# Ends of a failed gate: a resumed run of the same rollout keeps them and never restarts the host
+# onto the deployment it failed again.
+GATE_FAILED = ('rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed')
 
 # Terminal phase -> (failed?, what the host serves afterwards, in words).
 TERMINAL = {
@@ -220,6 +244,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
             journal['id'], run, fp[:12])
         for host, rec in journal['hosts'].items():
             phase = rec.get('phase')
+            rec.pop('resume', None)
             if phase not in TERMINAL and phase is not None:
                 _event(rec, run - 1, 'interrupted', previous.get('updated', now),
                        'the run stopped while this host was %s' % phase)
@@ -229,6 +254,12 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
                 if host not in outcomes:
                     rec['phase'] = 'interrupted'
                     rec['message'] = 'the run stopped while this host was %s; this run does not include it' % phase
+                elif resume_plan(rec, phase):
+                    rec['resume'] = resume_plan(rec, phase)
+            if host in outcomes and phase in GATE_FAILED:
+                _event(rec, run, 'kept', now, 'failed its gate for this deployment in run %s of this rollout: not '
+                       'restarted onto it again' % _last_run_of(rec))
+                continue
             if host in outcomes:
                 rec['phase'] = None
     else:
@@ -252,6 +283,8 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     for host in sorted(outcomes):
         outcome = outcomes[host]
         rec = journal['hosts'].setdefault(host, {'events': [], 'restarts': []})
+        if rec.get('phase') in GATE_FAILED:
+            continue
         # A new pass: an earlier run's message stays in the events, not on the host's line.
         rec.pop('message', None)
         rec.pop('remedy', None)
@@ -261,6 +294,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
             rec['target'] = outcome['contract']
             _set_phase(rec, 'pending', run, now)
         else:
+            rec.pop('resume', None)
             rec['message'] = outcome.get('failed') or 'no preflight result (host unreachable or the run stopped)'
             rec['failures'] = outcome.get('failures', [])
             _set_phase(rec, 'excluded', run, now, rec['message'])
@@ -279,6 +313,30 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     else:
         check_budget(journal, max_failed)
     return journal, abandoned, notice
+
+
+def resume_plan(rec, phase):
+    """What a resumed run does first for a host the killed run left in ``phase`` (not terminal), from its
+    records: '' (start the host's path afresh: nothing was stopped), 'stop' (the stop was about to begin or
+    under way: stop, start and gate, without a new drain), 'start' (stopped, not started: start and gate),
+    'gate' (started on the new unit: a fresh gate, no second restart), 'rollback' (its gate failed: roll back,
+    never onto the failed deployment again), 'rollback_gate' (the previous unit was started again: gate it
+    and undrain) or 'undrain' (it passed its gate: undrain)."""
+    restarts = rec.get('restarts') or []
+    last = restarts[-1] if restarts else {}
+    steps = set(s.get('step') for s in last.get('steps') or []) if last.get('t_ready') is None else set()
+    if phase == 'rolling_back':
+        return 'rollback_gate' if 'rollback_started' in steps else 'rollback'
+    if phase == 'restarting':
+        return 'gate' if 'started' in steps else ('start' if 'stopped' in steps else 'stop')
+    if phase == 'serving_new':
+        return 'undrain'
+    return ''
+
+
+def _last_run_of(rec):
+    runs = [e.get('run') for e in rec.get('events') or [] if e.get('phase') in GATE_FAILED]
+    return runs[-1] if runs else '?'
 
 
 def _set_phase(rec, phase, run, now, message=None):
@@ -373,6 +431,12 @@ def record(journal, host, phase, now, data=None):
     if phase not in TRANSITIONS.get(old, ()):
         raise TransitionError('%s: %s -> %s is not a transition of the rollout (allowed from %s: %s)'
                               % (host, old, phase, old, ', '.join(TRANSITIONS.get(old, ())) or 'none'))
+    resume = rec.pop('resume', '') if old == 'staged' else ''
+    if old == 'staged' and phase in RESUME_ENTRY and resume not in RESUME_ENTRY[phase]:
+        rec['resume'] = resume
+        raise TransitionError('%s: staged -> %s is a resumed run finishing a restart the killed run left under way, '
+                              'allowed only as the host\'s resume plan says (its resume plan: %s)'
+                              % (host, phase, resume or 'none'))
     run = current_run(journal)
     message = data.pop('message', None)
     for key in ('before', 'after', 'gate', 'trial', 'staged', 'warm'):
@@ -384,17 +448,24 @@ def record(journal, host, phase, now, data=None):
             rec['analysis'] = analysis
     if phase == 'draining':
         rec['canary'] = _canary(journal, host, rec)
-    if phase == 'restarting':
+    if phase == 'restarting' and resume and _open_restart(rec):
+        # The same outage, continued: it counts from the killed run's stop to this run's ready.
+        _open_restart(rec)['resumed_by'] = run
+    elif phase == 'restarting':
         restarts = rec.setdefault('restarts', [])
         _end_interrupted(restarts, data.get('t_stop'), 'stopped again by run %d' % run)
         restarts.append({'run': run, 'kind': 'restart', 't_stop': data.get('t_stop', None),
                          't_ready': None, 'unavailable_s': None})
+    elif phase == 'rolling_back' and resume and _open_restart(rec):
+        _open_restart(rec)['resumed_by'] = run
     elif phase == 'unchanged':
         _end_interrupted(rec.get('restarts') or [], data.get('t_seen'), 'found serving its target by run %d' % run)
     elif phase in ('serving_new', 'rolled_back', 'rollback_undrain_failed'):
         _close_restart(rec, data.get('t_ready'), rolled_back=(phase != 'serving_new'))
     elif phase in ('rollback_failed', 'removed'):
         _close_restart(rec, None, rolled_back=False, failed=True)
+    if phase in TERMINAL:
+        rec.pop('resume', None)
     if message:
         rec['message'] = message
     elif phase in FAILED or phase == 'rolling_back':
@@ -412,6 +483,34 @@ def record(journal, host, phase, now, data=None):
         else:
             _halt(journal, cause + '; no other host is stopped. Remedy: read the analysis in the report, fix the '
                   'image or the variant, and run again')
+    journal['updated'] = now
+    return rec
+
+
+def _open_restart(rec):
+    """The host's last restart while its outage is open (no ready, no end inferred), else None."""
+    restarts = rec.get('restarts') or []
+    if restarts and restarts[-1].get('t_ready') is None and restarts[-1].get('t_end') is None \
+            and restarts[-1].get('t_stop') is not None and not restarts[-1].get('not_back'):
+        return restarts[-1]
+    return None
+
+
+def record_step(journal, host, step, now, t=None):
+    """One step inside the host's phase (STEPS: the stop done, the start done, the previous unit put back,
+    the previous unit started), recorded before the next step begins, so that a resumed run knows how far
+    the killed one got (resume_plan). Kept on the open restart, with its time."""
+    rec = journal.get('hosts', {}).get(host)
+    if rec is None:
+        raise TransitionError('%s is not part of rollout %s' % (host, journal.get('id')))
+    if step not in STEPS:
+        raise TransitionError('%s is not a step of a restart (%s)' % (step, ', '.join(sorted(STEPS))))
+    if rec.get('phase') != STEPS[step] or _open_restart(rec) is None:
+        raise TransitionError('%s: step %s belongs to an open %s, and the host is %s'
+                              % (host, step, STEPS[step], rec.get('phase')))
+    run = current_run(journal)
+    _open_restart(rec).setdefault('steps', []).append({'step': step, 't': t, 'run': run})
+    _event(rec, run, step, now)
     journal['updated'] = now
     return rec
 
@@ -469,7 +568,11 @@ def admit(journal, host, max_failed, now):
         raise TransitionError('%s is not part of rollout %s' % (host, journal.get('id')))
     if rec.get('phase') in TERMINAL:
         return False, False
-    if check_budget(journal, max_failed):
+    spent = check_budget(journal, max_failed)
+    if rec.get('resume'):
+        # Its restart is under way (stopped, or rolling back): it is finished, whatever the budget.
+        return True, False
+    if spent:
         record(journal, host, 'not_reached', now, {'message': 'not reached: ' + journal['halt_reason']})
         announce = not journal.get('halt_announced')
         journal['halt_announced'] = True

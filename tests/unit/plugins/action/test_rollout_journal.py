@@ -140,9 +140,9 @@ def test_a_host_set_aside_with_budget_zero_stops_every_other_host(tmp_path):
 
 
 def test_an_illegal_transition_fails_the_task(tmp_path):
-    proc, reports = run(tmp_path, hosts=['h1'], walk="{{ item != 'draining' }}")
+    proc, reports = run(tmp_path, hosts=['h1'], walk="{{ item != 'staged' }}")
     assert proc.returncode == 2
-    assert 'rollout journal: h1: staged -> restarting is not a transition of the rollout' in proc.stdout
+    assert 'rollout journal: h1: pending -> draining is not a transition of the rollout' in proc.stdout
 
 
 @pytest.mark.parametrize('content,why', [
