@@ -65,6 +65,7 @@ FINDINGS = {
     'gpu-health': ({'gpu.ecc', 'gpu.row_remapping', 'gpu.persistence'}, set()),
     'bare-host': ({'podman.version', 'cdi.spec'}, set()),
     'xid-recovery-cdi-version': ({'gpu.xid', 'gpu.recovery_action', 'cdi.version'}, set()),
+    'new-revision-no-shared-blob': ({'host.disk'}, set()),
 }
 
 
@@ -289,6 +290,18 @@ def test_xid_recovery_action_and_cdi_version():
         'CDI spec /etc/cdi/nvidia.yaml is cdiVersion 0.7.0 (it uses additionalGids), but podman 4.9.3 reads CDI '
         'specs up to 0.6.0 (built with container-device-interface v0.6.2): podman skips the spec and fails with '
         '"unresolvable CDI devices nvidia.com/gpu=all"')
+
+
+def test_a_new_revision_that_shares_no_blob_is_refused_on_a_short_disk_naming_the_figure():
+    """Issue 37: 4 MiB of an older revision held, 8 MiB of the lab hub's revision that shares no blob with it."""
+    rep = report('new-revision-no-shared-blob')
+    fail = [f for f in rep['failures'] if f['check'] == 'host.disk']
+    assert len(fail) == 1, rep['failures']
+    msg = fail[0]['message']
+    # 8,399,890 bytes (the lab model) + 10 %: the held 4 MiB count for nothing
+    assert msg.startswith('need 8.8 MiB at /srv/pf-short/hub for hub_cache (/srv/pf-short/hub: 8.0 MiB of the new '
+                          "revision's blobs not held + 10% margin), "), msg
+    assert msg.endswith(' MiB free'), msg
 
 
 def test_healthy_hosts_report_the_new_checks():
