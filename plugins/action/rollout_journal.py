@@ -214,7 +214,7 @@ class ActionModule(ActionBase):
                                                  controller=me)
         if abandoned:
             self._write_reports(abandoned, directory)
-        _write(path, json.dumps(new, indent=2, sort_keys=True) + '\n')
+        _write(path, json.dumps(engine.published(new), indent=2, sort_keys=True) + '\n')
         return {'id': new['id'], 'resumed': len(new['runs']) > 1, 'abandoned': abandoned['id'] if abandoned else None,
                 'msg': notice + ' (journal %s)' % path, 'halted': new['halted'], 'halt_reason': new['halt_reason']}
 
@@ -229,7 +229,7 @@ class ActionModule(ActionBase):
         if args['phase'] == 'unchanged':
             data.setdefault('t_seen', time.time())   # ends an outage a killed run left open
         rec = engine.record(journal, host, args['phase'], _now(), data)
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(path, json.dumps(engine.published(journal), indent=2, sort_keys=True) + '\n')
         _test_kill_point(host, args['phase'])
         return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase']), 'canary': bool(rec.get('canary')),
                 'halted': journal.get('halted', False)}
@@ -238,7 +238,7 @@ class ActionModule(ActionBase):
         if journal is None:
             raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
         engine.record_step(journal, host, args['step'], _now(), time.time())
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(path, json.dumps(engine.published(journal), indent=2, sort_keys=True) + '\n')
         _test_kill_point(host, args['step'])
         return {'step': args['step'], 'msg': '%s: %s' % (host, args['step'])}
 
@@ -246,7 +246,7 @@ class ActionModule(ActionBase):
         if journal is None:
             raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
         admitted, announce = engine.admit(journal, host, args['max_failed'], _now())
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(path, json.dumps(engine.published(journal), indent=2, sort_keys=True) + '\n')
         rec = journal['hosts'][host]
         return {'admitted': admitted, 'announce': announce, 'halted': journal.get('halted', False),
                 'halt_reason': journal.get('halt_reason', ''), 'phase': rec.get('phase'),
@@ -260,7 +260,7 @@ class ActionModule(ActionBase):
             raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
         if journal.get('status') == 'running':
             engine.close_run(journal, _now(), aborted_reason=args['aborted_reason'])
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(path, json.dumps(engine.published(journal), indent=2, sort_keys=True) + '\n')
         report = self._write_reports(journal, directory)
         return {'status': journal['status'], 'id': journal['id'], 'report': report,
                 'report_json': report[:-len('.md')] + '.json',
@@ -274,6 +274,6 @@ class ActionModule(ActionBase):
             raise engine.TransitionError('journal id %r is not a run id: no report written' % (journal.get('id'),))
         prefix = 'preview' if journal.get('check_mode') else 'rollout'
         base = os.path.join(directory, '%s-%s' % (prefix, journal['id']))
-        _write(base + '.json', json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(base + '.json', json.dumps(engine.published(journal), indent=2, sort_keys=True) + '\n')
         _write(base + '.md', engine.render_markdown(journal))
         return base + '.md'
