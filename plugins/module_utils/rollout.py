@@ -3,11 +3,12 @@
 # Apache License 2.0 (see LICENSE)
 """The rollout's controller-side decisions, as pure functions over a journal (a dict).
 
-The journal is the rollout's memory on the controller (``<rollout_report_dir>/journal.json``):
-which run this is, which hosts it acts on, every phase each host went through with its time,
-every restart and rollback with the host's unavailability, and whether the rollout halted.
-The action plugin ``inkling.fleet.rollout_journal`` reads and writes it under a lock; every
-decision is made here and unit-tested (tests/unit/plugins/module_utils/test_rollout.py):
+The journal is the rollout's memory on the controller (``<rollout_report_dir>/journal.db``, with a
+snapshot ``journal.json`` at open and close): which run this is, which hosts it acts on, every phase
+each host went through with its time, every restart and rollback with the host's unavailability,
+and whether the rollout halted. The action plugin ``inkling.fleet.rollout_journal`` keeps it in
+``plugins/module_utils/rollout_store.py`` under a lock; every decision is made here and unit-tested
+(tests/unit/plugins/module_utils/test_rollout.py):
 
 * ``open_run``: start a run, or resume an interrupted one when it targets the same deployment
   (same fingerprint), or close an interrupted one as abandoned and start anew;
@@ -32,10 +33,10 @@ Terminal phases are the keys of ``TERMINAL``. Failed phases count against the fa
 The budget is kept as counters (``journal['counters']``: failed hosts, failed units, failed hosts
 per phase, replicas), built from every host once by ``open_run`` and ``close_run`` and updated by
 ``record`` from the host's own record (and its replica's members): ``record``, ``record_step`` and
-``admit`` can work on a *view* of the journal, its run-level fields and the records of the host and
-of its replica's members, and cost the same whatever the size of the fleet. Only when the budget is
-spent does ``check_budget`` list the failed hosts (``halt_needed`` says when, so that a view can
-be given them), once per rollout.
+``admit`` work on a *view* of the journal, its run-level fields and the records of the host and of
+its replica's members, and cost the same whatever the size of the fleet. Only when the budget is
+spent does ``check_budget`` list the failed hosts (``halt_needed`` says when: the store then adds
+them to the view), once per rollout.
 
 Within a restart, the steps that change the host each have their own record, written before
 the next step begins (``record_step``): ``draining`` is the intent (with the unit already
@@ -57,7 +58,9 @@ import hashlib
 import json
 import re
 
-JOURNAL_VERSION = 2
+# 3: the fields of version 2; journal.json is a snapshot of the store (journal.db) at open and close,
+# which code that reads version 2 refuses rather than resume from it.
+JOURNAL_VERSION = 3
 
 TRANSITIONS = {
     None: ('pending', 'excluded'),
@@ -246,6 +249,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     if previous and previous.get('status') == 'running' and previous.get('fingerprint') == fp \
             and bool(previous.get('check_mode')) == bool(check_mode):
         journal = copy.deepcopy(previous)
+        journal['version'] = JOURNAL_VERSION
         run = len(journal.get('runs', [])) + 1
         journal.setdefault('runs', []).append({'run': run, 'started': now})
         notice = 'Resuming interrupted rollout %s (run %d of it): same deployment (fingerprint %s)' % (
@@ -273,6 +277,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     else:
         if previous and previous.get('status') == 'running':
             abandoned = copy.deepcopy(previous)
+            abandoned['version'] = JOURNAL_VERSION
             abandoned.pop('counters', None)
             abandoned['status'] = 'abandoned'
             abandoned['finished'] = now
@@ -488,8 +493,8 @@ def _failed_by_phase(journal):
 
 
 def published(journal):
-    """The journal as journal.json and the reports give it: without its counters (they follow from
-    the hosts)."""
+    """The journal as journal.json, the reports and the action read give it: without its counters
+    (they follow from the hosts)."""
     out = dict(journal)
     out.pop('counters', None)
     return out
