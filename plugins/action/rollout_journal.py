@@ -3,14 +3,18 @@
 # Apache License 2.0 (see LICENSE)
 """Action plugin of inkling.fleet.rollout_journal: the rollout's journal on the controller.
 
-Runs entirely on the controller (whatever host the task is for). Reads the journal, applies
-one decision of ``plugins/module_utils/rollout.py`` and writes it back, under an exclusive
-lock, because the hosts of a batch call it at the same time from Ansible's worker processes.
+Runs entirely on the controller (whatever host the task is for). Applies one decision of
+``plugins/module_utils/rollout.py`` to the journal kept by ``plugins/module_utils/rollout_store.py``
+(``<report_dir>/journal.db``), under an exclusive lock, because the hosts of a batch call it at the
+same time from Ansible's worker processes. ``record``, ``step`` and ``admit`` read and write only
+the run-level fields and the host's own records (and its replica's): their cost does not grow with
+the fleet. ``open`` and ``close`` read and write the whole journal once, and write ``journal.json``,
+a full snapshot of it, and at close the reports; ``read`` returns the live journal.
 
 Test hook (never set it in production): with ``INKLING_FLEET_TEST_KILL_AFTER=HOST:NAME`` in the
-controller's environment, the call that has just made durable the phase or step NAME of HOST
-kills its ansible-playbook with SIGKILL, as a lost controller would be, right there: the kill
-points of the resume tests (molecule/default/cases/killed.yml) are exact, not timed.
+controller's environment, the call that has just made durable (committed) the phase or step NAME
+of HOST kills its ansible-playbook with SIGKILL, as a lost controller would be, right there: the
+kill points of the resume tests (molecule/default/cases/killed.yml) are exact, not timed.
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -27,6 +31,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
+from ansible_collections.inkling.fleet.plugins.module_utils import rollout_store as store_mod
 
 ARGUMENT_SPEC = dict(
     action=dict(type='str', required=True, choices=['open', 'record', 'step', 'admit', 'close', 'read']),
@@ -105,18 +110,20 @@ class JournalError(Exception):
     pass
 
 
-def _read(path):
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        text = f.read()
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise JournalError(str(e))
-    if not isinstance(data, dict):
-        raise JournalError('it holds JSON that is not an object')
-    return data
+def _refusal(e):
+    """The task's message for a journal this code does not work on, or a store it cannot use."""
+    if not e.refused:
+        return ('rollout journal: cannot use %s: %s. Nothing was changed. Remedy: check the report directory (a link '
+                'or a special file there is refused; another process may hold the journal) and run again' % (e.path, e.why))
+    if e.path.endswith('.json'):
+        return ('%s is not a rollout journal (a JSON object): %s. It was left untouched. Remedy: move it aside '
+                '(it may hold the records of an interrupted rollout) and run again to start a new rollout.'
+                % (e.path, e.why))
+    return ('%s is not a rollout journal this code works on: %s. It was left untouched. Remedy: move it aside with '
+            'the files next to it (%s-journal and %s: they may hold the records of an interrupted rollout, see '
+            '`python -m ansible_collections.inkling.fleet.plugins.module_utils.rollout_store dump %s`) and run again '
+            'to start a new rollout.' % (e.path, e.why, store_mod.DB_NAME, store_mod.SNAPSHOT_NAME,
+                                         os.path.dirname(e.path)))
 
 
 class ActionModule(ActionBase):
@@ -132,7 +139,6 @@ class ActionModule(ActionBase):
         check_mode = bool(self._task.check_mode)
         base = args['report_dir']
         directory = os.path.join(base, 'preview') if check_mode else base
-        path = os.path.join(directory, 'journal.json')
         host = args['host'] or task_vars.get('inventory_hostname')
         try:
             _make_dir(base)
@@ -144,35 +150,60 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg='rollout journal: cannot use the report directory %s: %s. Remedy: set '
                           'rollout_report_dir to a directory of the controller user (not a link)' % (directory, e))
             return result
+        store = None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                journal = _read(path)
-                problems = engine.check_journal(journal) if journal is not None else []
-                if problems:
-                    raise JournalError('; '.join(problems[:5]))
-            except JournalError as e:
-                result.update(failed=True, msg=(
-                    '%s is not a rollout journal (a JSON object): %s. It was left untouched. Remedy: move it aside '
-                    '(it may hold the records of an interrupted rollout) and run again to start a new rollout.'
-                    % (path, e)))
+                store = store_mod.Store(directory)
+                out = getattr(self, '_do_' + args['action'])(store, args, host, task_vars, check_mode)
+            except store_mod.StoreError as e:
+                result.update(failed=True, msg=_refusal(e))
                 return result
-            try:
-                out = getattr(self, '_do_' + args['action'])(journal, args, host, task_vars, path, directory,
-                                                             check_mode)
             except engine.TransitionError as e:
                 result.update(failed=True, msg='rollout journal: %s' % e)
                 return result
         finally:
+            if store is not None:
+                store.close()   # rolls back what a failed call left uncommitted
             os.close(lock)
         result.update(out)
         result['changed'] = False
-        result['journal_path'] = path
+        result['journal_path'] = os.path.join(directory, store_mod.DB_NAME)
         return result
+
+    # -- the journal -------------------------------------------------------------------------
+
+    @staticmethod
+    def _view(store, host):
+        """The run-level fields and ``host``'s records (and its replica's), in a writer's transaction."""
+        view = None
+        if store.exists:
+            store.begin()
+            view = store.load_view(host)
+        if view is None:
+            raise engine.TransitionError('no journal at %s: the rollout was not opened' % store.path)
+        return store_mod.check(view, store.path)
+
+    @staticmethod
+    def _whole(store):
+        """The whole live journal (the store's, or a journal.json to import), in a writer's transaction."""
+        if store.exists:
+            store.begin()
+        return store_mod.live_journal(store)
+
+    @staticmethod
+    def _save_whole(store, journal):
+        """Write the whole journal in one transaction, then its snapshot journal.json."""
+        if not store.exists:
+            store.create()
+            store.begin()
+        store.replace(journal)
+        store.commit()
+        _write(os.path.join(store.directory, store_mod.SNAPSHOT_NAME), store_mod.compact(engine.published(journal)) + '\n')
 
     # -- actions -----------------------------------------------------------------------------
 
-    def _do_open(self, journal, args, host, task_vars, path, directory, check_mode):
+    def _do_open(self, store, args, host, task_vars, check_mode):
         hostvars = task_vars.get('hostvars', {})
         outcomes = {}
         for name in args['hosts']:
@@ -195,6 +226,8 @@ class ActionModule(ActionBase):
             replica = hv.get('inkling_replica') if hasattr(hv, 'get') else None
             if replica:
                 outcomes[name]['replica'] = str(replica)
+        journal = self._whole(store)
+        directory = store.directory
         me = _controller()
         other = engine.concurrent_controller(journal, me, _alive)
         if other:
@@ -202,7 +235,7 @@ class ActionModule(ActionBase):
                 'rollout %s is still running from this controller (ansible-playbook pid %s, journal %s): two '
                 'rollouts in one report directory would mix their records. Nothing was changed. Remedy: wait for '
                 'it to end; or stop it (kill %s) and run again, which resumes it; or give this run another '
-                'rollout_report_dir' % (journal.get('id'), other.get('pid'), path, other.get('pid')))
+                'rollout_report_dir' % (journal.get('id'), other.get('pid'), store.path, other.get('pid')))
         run_id = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')
         suffix = 1
         while os.path.exists(os.path.join(directory, 'rollout-%s.json' % run_id)) or \
@@ -214,13 +247,12 @@ class ActionModule(ActionBase):
                                                  controller=me)
         if abandoned:
             self._write_reports(abandoned, directory)
-        _write(path, json.dumps(new, indent=2, sort_keys=True) + '\n')
+        self._save_whole(store, new)
         return {'id': new['id'], 'resumed': len(new['runs']) > 1, 'abandoned': abandoned['id'] if abandoned else None,
-                'msg': notice + ' (journal %s)' % path, 'halted': new['halted'], 'halt_reason': new['halt_reason']}
+                'msg': notice + ' (journal %s)' % store.path, 'halted': new['halted'], 'halt_reason': new['halt_reason']}
 
-    def _do_record(self, journal, args, host, task_vars, path, directory, check_mode):
-        if journal is None:
-            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
+    def _do_record(self, store, args, host, task_vars, check_mode):
+        view = self._view(store, host)
         data = dict(args['data'])
         if args['phase'] == 'restarting':
             data.setdefault('t_stop', time.time())
@@ -228,40 +260,50 @@ class ActionModule(ActionBase):
             data.setdefault('t_ready', time.time())
         if args['phase'] == 'unchanged':
             data.setdefault('t_seen', time.time())   # ends an outage a killed run left open
-        rec = engine.record(journal, host, args['phase'], _now(), data)
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        rec = engine.record(view, host, args['phase'], _now(), data)
+        store.save_view(view)
+        store.commit()
         _test_kill_point(host, args['phase'])
         return {'phase': rec['phase'], 'msg': '%s: %s' % (host, args['phase']), 'canary': bool(rec.get('canary')),
-                'halted': journal.get('halted', False)}
+                'halted': view.get('halted', False)}
 
-    def _do_step(self, journal, args, host, task_vars, path, directory, check_mode):
-        if journal is None:
-            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
-        engine.record_step(journal, host, args['step'], _now(), time.time())
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
+    def _do_step(self, store, args, host, task_vars, check_mode):
+        view = self._view(store, host)
+        engine.record_step(view, host, args['step'], _now(), time.time())
+        store.save_view(view)
+        store.commit()
         _test_kill_point(host, args['step'])
         return {'step': args['step'], 'msg': '%s: %s' % (host, args['step'])}
 
-    def _do_admit(self, journal, args, host, task_vars, path, directory, check_mode):
-        if journal is None:
-            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
-        admitted, announce = engine.admit(journal, host, args['max_failed'], _now())
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
-        rec = journal['hosts'][host]
-        return {'admitted': admitted, 'announce': announce, 'halted': journal.get('halted', False),
-                'halt_reason': journal.get('halt_reason', ''), 'phase': rec.get('phase'),
+    def _do_admit(self, store, args, host, task_vars, check_mode):
+        view = self._view(store, host)
+        if engine.halt_needed(view, args['max_failed']) and \
+                (view['hosts'].get(host) or {}).get('phase') not in engine.TERMINAL:
+            store.add_failed(view)      # once per rollout: the halt reason names the failed hosts
+        admitted, announce = engine.admit(view, host, args['max_failed'], _now())
+        store.save_view(view)
+        store.commit()
+        rec = view['hosts'][host]
+        return {'admitted': admitted, 'announce': announce, 'halted': view.get('halted', False),
+                'halt_reason': view.get('halt_reason', ''), 'phase': rec.get('phase'),
                 'resume': rec.get('resume', '') if admitted else '', 'canary': bool(rec.get('canary'))}
 
-    def _do_read(self, journal, args, host, task_vars, path, directory, check_mode):
-        return {'journal': journal or {}}
+    def _do_read(self, store, args, host, task_vars, check_mode):
+        store.begin_read()
+        journal = store_mod.live_journal(store)
+        return {'journal': engine.published(journal) if journal else {}}
 
-    def _do_close(self, journal, args, host, task_vars, path, directory, check_mode):
+    def _do_close(self, store, args, host, task_vars, check_mode):
+        journal = None
+        if store.exists:
+            store.begin()
+            journal = store_mod.live_journal(store) if store.has_journal() else None
         if journal is None:
-            raise engine.TransitionError('no journal at %s: the rollout was not opened' % path)
+            raise engine.TransitionError('no journal at %s: the rollout was not opened' % store.path)
         if journal.get('status') == 'running':
             engine.close_run(journal, _now(), aborted_reason=args['aborted_reason'])
-        _write(path, json.dumps(journal, indent=2, sort_keys=True) + '\n')
-        report = self._write_reports(journal, directory)
+        self._save_whole(store, journal)
+        report = self._write_reports(journal, store.directory)
         return {'status': journal['status'], 'id': journal['id'], 'report': report,
                 'report_json': report[:-len('.md')] + '.json',
                 'summary': engine.summary_lines(journal), 'failed_hosts': journal.get('failed_hosts', []),
@@ -274,6 +316,6 @@ class ActionModule(ActionBase):
             raise engine.TransitionError('journal id %r is not a run id: no report written' % (journal.get('id'),))
         prefix = 'preview' if journal.get('check_mode') else 'rollout'
         base = os.path.join(directory, '%s-%s' % (prefix, journal['id']))
-        _write(base + '.json', json.dumps(journal, indent=2, sort_keys=True) + '\n')
+        _write(base + '.json', json.dumps(engine.published(journal), indent=2, sort_keys=True) + '\n')
         _write(base + '.md', engine.render_markdown(journal))
         return base + '.md'

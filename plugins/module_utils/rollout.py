@@ -3,11 +3,12 @@
 # Apache License 2.0 (see LICENSE)
 """The rollout's controller-side decisions, as pure functions over a journal (a dict).
 
-The journal is the rollout's memory on the controller (``<rollout_report_dir>/journal.json``):
-which run this is, which hosts it acts on, every phase each host went through with its time,
-every restart and rollback with the host's unavailability, and whether the rollout halted.
-The action plugin ``inkling.fleet.rollout_journal`` reads and writes it under a lock; every
-decision is made here and unit-tested (tests/unit/plugins/module_utils/test_rollout.py):
+The journal is the rollout's memory on the controller (``<rollout_report_dir>/journal.db``, with a
+snapshot ``journal.json`` at open and close): which run this is, which hosts it acts on, every phase
+each host went through with its time, every restart and rollback with the host's unavailability,
+and whether the rollout halted. The action plugin ``inkling.fleet.rollout_journal`` keeps it in
+``plugins/module_utils/rollout_store.py`` under a lock; every decision is made here and unit-tested
+(tests/unit/plugins/module_utils/test_rollout.py):
 
 * ``open_run``: start a run, or resume an interrupted one when it targets the same deployment
   (same fingerprint), or close an interrupted one as abandoned and start anew;
@@ -29,6 +30,14 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
 
 Terminal phases are the keys of ``TERMINAL``. Failed phases count against the failure budget.
 
+The budget is kept as counters (``journal['counters']``: failed hosts, failed units, failed hosts
+per phase, replicas), built from every host once by ``open_run`` and ``close_run`` and updated by
+``record`` from the host's own record (and its replica's members): ``record``, ``record_step`` and
+``admit`` work on a *view* of the journal, its run-level fields and the records of the host and of
+its replica's members, and cost the same whatever the size of the fleet. Only when the budget is
+spent does ``check_budget`` list the failed hosts (``halt_needed`` says when: the store then adds
+them to the view), once per rollout.
+
 Within a restart, the steps that change the host each have their own record, written before
 the next step begins (``record_step``): ``draining`` is the intent (with the unit already
 written), ``restarting`` the stop about to begin, then the steps ``stopped`` and ``started``,
@@ -49,7 +58,9 @@ import hashlib
 import json
 import re
 
-JOURNAL_VERSION = 2
+# 3: the fields of version 2; journal.json is a snapshot of the store (journal.db) at open and close,
+# which code that reads version 2 refuses rather than resume from it.
+JOURNAL_VERSION = 3
 
 TRANSITIONS = {
     None: ('pending', 'excluded'),
@@ -238,6 +249,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     if previous and previous.get('status') == 'running' and previous.get('fingerprint') == fp \
             and bool(previous.get('check_mode')) == bool(check_mode):
         journal = copy.deepcopy(previous)
+        journal['version'] = JOURNAL_VERSION
         run = len(journal.get('runs', [])) + 1
         journal.setdefault('runs', []).append({'run': run, 'started': now})
         notice = 'Resuming interrupted rollout %s (run %d of it): same deployment (fingerprint %s)' % (
@@ -265,6 +277,8 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
     else:
         if previous and previous.get('status') == 'running':
             abandoned = copy.deepcopy(previous)
+            abandoned['version'] = JOURNAL_VERSION
+            abandoned.pop('counters', None)
             abandoned['status'] = 'abandoned'
             abandoned['finished'] = now
             abandoned['halt_reason'] = ('interrupted, and run %s targets another deployment (fingerprint %s, not %s)'
@@ -299,6 +313,7 @@ def open_run(previous, outcomes, run_id, now, check_mode=False, min_healthy=1, m
             rec['failures'] = outcome.get('failures', [])
             _set_phase(rec, 'excluded', run, now, rec['message'])
     journal['replicas'] = dict((h, replica_map[h]) for h in sorted(replica_map))
+    journal['counters'] = budget_counters(journal)
     journal['max_failed'] = int(max_failed)  # close_run checks it once more: a spent budget always halts
     healthy = sorted(h for h, o in outcomes.items() if o.get('contract'))
     healthy_units = sorted(set(unit_of(journal, h) for h in healthy))
@@ -397,26 +412,92 @@ def failed_units(journal):
     return sorted(set(unit_of(journal, h) for h in failed_hosts(journal)))
 
 
+def budget_counters(journal):
+    """The failure budget's counters, from every host of a whole journal (open_run and close_run, once):
+    failed hosts, failed units (replicas, or hosts outside one), failed hosts per failed phase, and how
+    many replicas the fleet has."""
+    failed = failed_hosts(journal)
+    by_phase = {}
+    for host in failed:
+        phase = journal['hosts'][host]['phase']
+        by_phase[phase] = by_phase.get(phase, 0) + 1
+    return {'failed_hosts': len(failed), 'failed_units': len(set(unit_of(journal, h) for h in failed)),
+            'failed_by_phase': by_phase, 'replicas': len(set((journal.get('replicas') or {}).values()))}
+
+
+def counters(journal):
+    """The journal's counters; built from its hosts when it has none (a journal of version 2)."""
+    if not isinstance(journal.get('counters'), dict):
+        journal['counters'] = budget_counters(journal)
+    return journal['counters']
+
+
+def _unit_failed_without(journal, host):
+    """Whether another member of ``host``'s replica has failed (the view holds the replica's members)."""
+    name = (journal.get('replicas') or {}).get(host)
+    if not name:
+        return False
+    hosts = journal.get('hosts', {})
+    return any(r == name and m != host and (hosts.get(m) or {}).get('phase') in FAILED
+               for m, r in journal['replicas'].items())
+
+
+def _count(journal, host, old, new):
+    """Update the counters for one host's phase change ``old`` -> ``new`` (before the record takes it)."""
+    was, failed = old in FAILED, new in FAILED
+    if not was and not failed or old == new:
+        return
+    c = counters(journal)
+    by_phase = c.setdefault('failed_by_phase', {})
+    if was:
+        by_phase[old] = by_phase.get(old, 0) - 1
+        if by_phase[old] <= 0:
+            del by_phase[old]
+    if failed:
+        by_phase[new] = by_phase.get(new, 0) + 1
+    if was != failed:
+        step = 1 if failed else -1
+        c['failed_hosts'] = c.get('failed_hosts', 0) + step
+        if not _unit_failed_without(journal, host):
+            c['failed_units'] = c.get('failed_units', 0) + step
+
+
 def _halt(journal, reason):
     journal['halted'] = True
     journal['halt_reason'] = reason
 
 
+def halt_needed(journal, max_failed):
+    """Whether check_budget is about to halt the rollout (O(1): the counters): the store then adds every
+    failed host, and its replica's members, to the view, for the halt reason that names them."""
+    return not journal.get('halted') and counters(journal).get('failed_units', 0) > int(max_failed)
+
+
 def check_budget(journal, max_failed):
     """Halt the rollout when more replicas (a host outside a replica is a replica of one) failed
-    than the budget allows. Returns True when the budget is spent (the rollout is halted)."""
-    failed = failed_units(journal)
-    if not journal.get('halted') and len(failed) > int(max_failed):
+    than the budget allows. Returns True when the budget is spent (the rollout is halted). Decided
+    on the counters; the reason lists the failed hosts of the journal (or of a view that holds them
+    all, see halt_needed), once."""
+    if halt_needed(journal, max_failed):
+        failed = failed_units(journal)
         _halt(journal, '%d %s failed (%s), over the fleet-wide budget of %d (%s)'
-              % (len(failed), 'replica(s)' if journal.get('replicas') else 'host(s)',
+              % (len(failed), 'replica(s)' if counters(journal).get('replicas') else 'host(s)',
                  ', '.join(unit_label(journal, u) for u in failed), int(max_failed), _failed_by_phase(journal)))
     return bool(journal.get('halted'))
 
 
 def _failed_by_phase(journal):
-    """How many hosts failed where, e.g. 'set aside by preflight: 1, failed staging: 2'."""
-    phases = [r.get('phase') for r in journal.get('hosts', {}).values()]
-    return ', '.join('%s: %d' % (words, phases.count(p)) for p, words in FAILED_WORDS if p in phases)
+    """How many hosts failed where, e.g. 'set aside by preflight: 1, failed staging: 2' (the counters)."""
+    by_phase = counters(journal).get('failed_by_phase') or {}
+    return ', '.join('%s: %d' % (words, by_phase[p]) for p, words in FAILED_WORDS if by_phase.get(p))
+
+
+def published(journal):
+    """The journal as journal.json, the reports and the action read give it: without its counters
+    (they follow from the hosts)."""
+    out = dict(journal)
+    out.pop('counters', None)
+    return out
 
 
 def record(journal, host, phase, now, data=None):
@@ -472,6 +553,7 @@ def record(journal, host, phase, now, data=None):
         rec.setdefault('message', '')
     if phase in REMEDIES:
         rec['remedy'] = REMEDIES[phase]
+    _count(journal, host, old, phase)
     _set_phase(rec, phase, run, now, message)
     if phase == 'rolling_back' and rec.get('canary') and (rec.get('analysis') or {}).get('passed') is False:
         # A bad build shows on its canary: no other host of the fleet is stopped for it, whatever the budget.
@@ -585,6 +667,7 @@ def close_run(journal, now, aborted_reason=None):
     the rollout's control (an unreachable host, a playbook stopped early) and are listed as
     such. Returns the journal with its final status."""
     run = current_run(journal)
+    journal['counters'] = budget_counters(journal)  # close reads every host once: the counters anew
     if journal.get('max_failed') is not None:
         # Failures of the last batch (or of staging, with no batch left to ask the budget) still
         # spend it: the run halts with the budget's reason rather than "completed with failures".

@@ -12,10 +12,16 @@ module: rollout_journal
 short_description: Open, advance, and close the fleet rollout's journal on the controller
 version_added: "0.2.0"
 description:
-  - The rollout's memory and its decisions, on the controller. Each call reads
-    C(<report_dir>/journal.json), applies one decision and writes it back under an exclusive lock
-    (the hosts of a batch call it at the same time). In check mode everything goes to
-    C(<report_dir>/preview/) and the real journal is not touched.
+  - The rollout's memory and its decisions, on the controller. The journal lives in
+    C(<report_dir>/journal.db) (SQLite, one row per host); each call applies one decision in one
+    transaction under an exclusive lock (the hosts of a batch call it at the same time).
+    O(action=record), O(action=step) and O(action=admit) read and write only the run-level fields
+    and the host's own record, so that their cost does not grow with the fleet; O(action=open) and
+    O(action=close) read and write the whole journal and write C(<report_dir>/journal.json), a full
+    snapshot of it. In check mode everything goes to C(<report_dir>/preview/) and the real journal
+    is not touched.
+  - A C(journal.json) written before C(journal.db) existed (journal version 2) is imported by the
+    next O(action=open); one that cannot be used is refused naming the file and the remedy.
   - O(action=open) (once, after preflight) starts a run, or resumes an interrupted one when the hosts'
     deployment contracts give the same fingerprint (variants, images and digests, revisions, arguments);
     an interrupted journal with another fingerprint is closed as C(abandoned), archived as
@@ -28,6 +34,9 @@ description:
   - O(action=record) records one phase transition of one host (see C(docs/rollout.md), "Phases of a
     host"); a transition the state machine does not allow fails the task. C(restarting) and
     C(serving_new)/C(rolled_back) take the controller's clock for the host's unavailability.
+  - O(action=step) records one step inside the host's restart (C(stopped), C(started),
+    C(rollback_restored), C(rollback_started)) before the next step begins.
+  - O(action=read) returns the live journal, in the format of C(journal.json).
   - O(action=close) closes the run (C(completed), C(completed with failures), C(halted) or
     C(aborted)), writes C(rollout-<id>.json) and C(rollout-<id>.md) and returns one summary line per host.
   - An action plugin; the decisions are the functions of C(plugins/module_utils/rollout.py).
@@ -38,7 +47,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [open, record, admit, close, read]
+    choices: [open, record, step, admit, close, read]
   report_dir:
     description: Directory on the controller for the journal and the reports.
     type: path
@@ -75,6 +84,9 @@ options:
     default: 0
   phase:
     description: O(action=record) only, the host's new phase.
+    type: str
+  step:
+    description: O(action=step) only, the step of the host's restart just done.
     type: str
   data:
     description:
@@ -178,11 +190,11 @@ failed_hosts:
   type: list
   elements: str
 journal_path:
-  description: The journal file.
+  description: The journal's database (C(journal.db); C(journal.json) beside it is its snapshot at open and close).
   returned: always
   type: str
 journal:
-  description: The journal (read).
+  description: The live journal, in the format of C(journal.json) (read).
   returned: when action is read
   type: dict
 '''

@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.inkling.fleet.plugins.action import rollout_journal as rj
 from ansible_collections.inkling.fleet.plugins.module_utils import analysis as an
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as r
+from ansible_collections.inkling.fleet.plugins.module_utils import rollout_store as rs
 
 NOW = '2026-12-01T10:00:00Z'
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -568,13 +569,40 @@ def test_a_later_hosts_failed_analysis_is_recorded_and_counts_against_the_budget
     assert '| h2 | later host | FAILED | 0 of 1 |' in section and '| h1 | canary | passed |' in section
 
 
+def stored(journal, directory):
+    """``journal`` in a journal store in ``directory``, as the action's open leaves it."""
+    store = rs.Store(str(directory))
+    store.create()
+    store.begin()
+    store.replace(journal)
+    store.commit()
+    store.close()
+
+
+def act(action, directory, name, host, args):
+    """One call of the journal action's ``name`` on the store in ``directory`` (no lock, no task)."""
+    store = rs.Store(str(directory))
+    try:
+        return getattr(action, '_do_' + name)(store, args, host, {}, False)
+    finally:
+        store.close()
+
+
+def live(directory):
+    store = rs.Store(str(directory))
+    try:
+        store.begin_read()
+        return rs.live_journal(store)
+    finally:
+        store.close()
+
+
 def test_the_journal_action_says_whether_the_host_is_a_canary_and_whether_the_rollout_halted(tmp_path):
-    journal = mixed({'h1': H200, 'h2': H200})
+    stored(dict(mixed({'h1': H200, 'h2': H200}), id='20261201T100000Z'), tmp_path)   # a run id, as the store checks
     action = rj.ActionModule.__new__(rj.ActionModule)     # _do_record uses no state of the plugin
-    path = str(tmp_path / 'journal.json')
 
     def record(host, phase, data=None):
-        return action._do_record(journal, {'phase': phase, 'data': data or {}}, host, {}, path, str(tmp_path), False)
+        return act(action, tmp_path, 'record', host, {'phase': phase, 'data': data or {}})
 
     for phase in ('staged', 'draining'):
         out = record('h1', phase)
@@ -584,8 +612,7 @@ def test_the_journal_action_says_whether_the_host_is_a_canary_and_whether_the_ro
     record('h1', 'restarting')
     out = record('h1', 'rolling_back', {'message': 'canary analysis failed', 'analysis': GARBAGE})
     assert out['canary'] is True and out['halted'] is True
-    with open(path) as f:
-        written = json.load(f)
+    written = live(tmp_path)
     assert written['halted'] is True and written['hosts']['h1']['analysis']['passed'] is False
 
 

@@ -6,13 +6,13 @@ nor onto a deployment it failed, and counting each outage from its stop to its r
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import json
 import signal
 
 import pytest
 
 from ansible_collections.inkling.fleet.plugins.action import rollout_journal as rj
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as r
+from test_rollout import act, live, stored
 
 NOW = '2026-12-07T00:00:00Z'
 T0 = 1796000000.0
@@ -155,16 +155,14 @@ def test_a_step_belongs_to_an_open_restart_of_its_phase():
 
 
 def test_the_journal_action_records_steps_and_admit_says_what_to_resume(tmp_path):
-    journal = resumed(killed_at('started'))
+    stored(resumed(killed_at('started')), tmp_path)
     action = rj.ActionModule.__new__(rj.ActionModule)
-    path = str(tmp_path / 'journal.json')
-    action._do_record(journal, {'phase': 'staged', 'data': {}}, 'b', {}, path, str(tmp_path), False)
-    out = action._do_admit(journal, {'max_failed': 0}, 'b', {}, path, str(tmp_path), False)
+    act(action, tmp_path, 'record', 'b', {'phase': 'staged', 'data': {}})
+    out = act(action, tmp_path, 'admit', 'b', {'max_failed': 0})
     assert out['admitted'] and out['resume'] == 'gate' and out['canary'] is False
-    action._do_record(journal, {'phase': 'restarting', 'data': {}}, 'b', {}, path, str(tmp_path), False)
-    assert action._do_step(journal, {'step': 'started'}, 'b', {}, path, str(tmp_path), False)['step'] == 'started'
-    with open(path) as f:
-        written = json.load(f)
+    act(action, tmp_path, 'record', 'b', {'phase': 'restarting', 'data': {}})
+    assert act(action, tmp_path, 'step', 'b', {'step': 'started'})['step'] == 'started'
+    written = live(tmp_path)
     steps = [s['step'] for s in written['hosts']['b']['restarts'][0]['steps']]
     assert steps == ['stopped', 'started', 'started'] and 'resume' not in written['hosts']['b']
 
