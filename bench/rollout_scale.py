@@ -19,12 +19,14 @@ Per run: the controller's wall time, its CPU time (user + sys of the ansible-pla
 getrusage(RUSAGE_CHILDREN) around it) less the simulation's own CPU (measured in the connection plugin), that
 CPU per host, the journal's milliseconds per call under its lock (mean, p95), the tasks per host (play recap).
 Then the growth of per-host CPU from 64 to 1,024 hosts, and a real 1,024-host rollout modelled from the figures
-(bench/scale/scale_model.py). Sizes above 64 run only when they fit in --budget-s (extrapolated from the sizes
-measured); the targets of issue 34 are printed, not asserted. Exit status 1 when a playbook fails, the upgrade
+(bench/scale/scale_model.py). Figures at sizes not measured are extrapolated per host (or per journal call) on a
+line in the fleet size through the two largest sizes measured. Sizes above 64 run only when they fit in
+--budget-s; the targets of issue 34 are printed, not asserted. Exit status 1 when a playbook fails, the upgrade
 does not end `completed` with every host `done`, or the no-op re-run changes a host.
 
 Usage: .venv/bin/python bench/rollout_scale.py [--hosts 16,64,256,1024] [--forks N] [--budget-s 1800]
            [--max-hosts N] [--timeout-s S] [--json PATH] [--keep] [--quick]
+       .venv/bin/python bench/rollout_scale.py --report PATH    (the table and targets of a saved --json again)
 """
 import argparse
 import configparser
@@ -372,17 +374,18 @@ def summarise(run, journal):
 # ---------------------------------------------------------------- figures and targets
 
 def figure_at(measured, label, key, count):
-    """(value, how) of a figure at ``count`` hosts: measured, or extrapolated from the two largest sizes."""
+    """(value, how) of a per-host or per-call figure at ``count`` hosts: measured, or extrapolated on the line
+    through the two largest sizes measured (scale_model.affine_fit)."""
     points = [(r['hosts'], r[key]) for r in measured if r['label'] == label and not r['problems'] and r.get(key)]
     exact = [v for n, v in points if n == count]
     if exact:
         return exact[0], 'measured'
     if len(set(n for n, v in points)) < 2:
         return None, 'not measured (extrapolation needs two sizes)'
-    exponent = scale_model.power_fit(points)[1]
-    used = sorted(n for n, v in points)[-2:]
-    return scale_model.extrapolate(points, count), 'extrapolated from %s hosts (exponent %.2f)' % (
-        ' and '.join(str(n) for n in used), exponent)
+    slope = scale_model.affine_fit(points)[1]
+    used = sorted(set(n for n, v in points))[-2:]
+    return scale_model.extrapolate(points, count), 'extrapolated from %s hosts, a line in the fleet size (%+.3g per host)' % (
+        ' and '.join(str(n) for n in used), slope)
 
 
 def targets(measured, largest=1024):
@@ -401,33 +404,42 @@ def targets(measured, largest=1024):
                         'how': '%d: %s; 64: %s' % (largest, how_big, how_64),
                         'ok': ratio <= TARGET_GROWTH, 'verdict': verdict(ratio <= TARGET_GROWTH), 'ratio': round(ratio, 3)})
     for label in ('upgrade', 'noop'):
-        value, how = figure_at(measured, label, 'journal_ms_mean', largest)
+        # judged on the CPU under the lock: on a loaded machine its wall time is mostly waiting for a core
+        value, how = figure_at(measured, label, 'journal_cpu_ms_mean', largest)
         if value is not None:
-            cpu, dummy = figure_at(measured, label, 'journal_cpu_ms_mean', largest)
-            out.append({'target': 'journal <= %.0f ms per call at %d hosts (%s, under its lock)' % (TARGET_JOURNAL_MS, largest, label),
-                        'value': '%.1f ms (CPU %.1f ms)' % (value, cpu or 0), 'how': how, 'ok': value <= TARGET_JOURNAL_MS,
+            wall, dummy = figure_at(measured, label, 'journal_ms_mean', largest)
+            out.append({'target': 'journal <= %.0f ms per call at %d hosts (%s, CPU under its lock)' % (TARGET_JOURNAL_MS, largest, label),
+                        'value': '%.1f ms (wall %.1f ms)' % (value, wall or 0), 'how': how, 'ok': value <= TARGET_JOURNAL_MS,
                         'verdict': verdict(value <= TARGET_JOURNAL_MS)})
     value, how = figure_at(measured, 'noop', 'cpu_per_host_s', largest)
     if value is not None:
         out.append({'target': 'no-op re-run <= %.0f CPU-s per host at %d hosts' % (TARGET_NOOP_CPU_PER_HOST, largest),
                     'value': '%.2f CPU-s' % value, 'how': how, 'ok': value <= TARGET_NOOP_CPU_PER_HOST,
                     'verdict': verdict(value <= TARGET_NOOP_CPU_PER_HOST)})
-    wall, how = figure_at(measured, 'upgrade', 'wall_s', largest)
+    wall, how = figure_at(measured, 'upgrade', 'wall_per_host_s', largest)
     model = None
     if wall is not None:
-        model = scale_model.rollout_model(largest, wall)
+        model = scale_model.rollout_model(largest, wall * largest)
         out.append({'target': 'a real %d-host rollout within %d %% of gates plus staging transfer (model)'
                               % (largest, round(scale_model.TARGET_OVERHEAD * 100)),
                     'value': '%.0f s = %.0f s gates (%d batches x %.0f s) + %.0f s transfer + %.0f s controller: %.2f x'
                              % (model['total_s'], model['gates_s'], len(model['batches']), scale_model.GATE_S,
                                 model['transfer_s'], model['controller_s'], model['ratio']),
-                    'how': 'controller time ' + how, 'ok': model['ok'], 'verdict': verdict(model['ok'])})
+                    'how': 'controller time: the upgrade\'s wall time, ' + how, 'ok': model['ok'],
+                    'verdict': verdict(model['ok'])})
+    cpu, how = figure_at(measured, 'upgrade', 'cpu_per_host_s', largest)
+    if cpu is not None:
+        # the same with the controller's CPU spread over this machine's cores: what an idle machine could do at best
+        bound = scale_model.rollout_model(largest, cpu * largest / float(os.cpu_count() or 1))
+        out.append({'target': 'the same model, controller time = its CPU / %d cores (a lower bound)' % (os.cpu_count() or 1),
+                    'value': '%.0f s: %.2f x' % (bound['total_s'], bound['ratio']), 'how': how, 'ok': bound['ok'],
+                    'verdict': verdict(bound['ok'])})
     return out, model
 
 
 def table(measured, skipped):
     lines = ['| hosts | run | wall (s) | controller CPU (s) | CPU per host (s) | tasks per host | journal calls '
-             '| journal ms per call: mean / p95 (CPU) | changed hosts | load |',
+             '| journal ms per call under its lock: CPU mean / p95 (wall mean) | changed hosts | load |',
              '| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
     for r in measured:
         run = {'upgrade': 'upgrade', 'noop': 'no-op re-run'}[r['label']]
@@ -435,7 +447,7 @@ def table(measured, skipped):
             run += ' (FAILED: %s)' % r['problems'][0]
         lines.append('| %s | %s | %.1f | %.1f | %.2f | %s | %d | %s / %s (%s) | %d | %.1f |' % (
             '{:,}'.format(r['hosts']), run, r['wall_s'], r['controller_cpu_s'], r['cpu_per_host_s'], r['tasks_per_host'],
-            r['journal_calls'], r['journal_ms_mean'], r['journal_ms_p95'], r['journal_cpu_ms_mean'], r['changed_hosts'],
+            r['journal_calls'], r['journal_cpu_ms_mean'], r['journal_cpu_ms_p95'], r['journal_ms_mean'], r['changed_hosts'],
             max(r['load_avg'])))
     for count, why in skipped:
         lines.append('| %s | %s | | | | | | | | |' % ('{:,}'.format(count), why))
@@ -458,14 +470,43 @@ def parse_args(argv=None):
     ap.add_argument('--work', help='working directory (default: a new temporary one)')
     ap.add_argument('--keep', action='store_true', help='keep the working directory (logs, journals, host states)')
     ap.add_argument('--quick', action='store_true', help='16 hosts only, both runs (scripts/bench-quick.sh)')
+    ap.add_argument('--report', metavar='JSON', help='print the table and the targets of a run saved with --json, run nothing')
     args = ap.parse_args(argv)
     sizes = [16] if args.quick else sorted(set(int(n) for n in args.hosts.split(',') if n.strip()))
     args.sizes = sizes
     return args
 
 
+def predict_wall(measured, count):
+    """Seconds both runs of ``count`` hosts would take: their wall time per host on a line in the fleet size."""
+    points = [(n, sum(r['wall_s'] for r in measured if r['hosts'] == n) / float(n))
+              for n in sorted(set(r['hosts'] for r in measured))
+              if all(not r['problems'] for r in measured if r['hosts'] == n)]
+    return scale_model.extrapolate(points, count) * count if points else None
+
+
+def report(measured, skipped, ok):
+    checks, model = targets(measured)
+    print()
+    print(table(measured, skipped))
+    print()
+    for check in checks:
+        print('target: %s: %s (%s) %s' % (check['target'], check['value'], check['how'], check['verdict']))
+    print('correctness: %s' % ('every upgrade ended completed with every host done, every no-op re-run changed nothing'
+                               if ok else 'FAILED (see above)'))
+    return checks, model
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.report:
+        with open(args.report) as handle:
+            saved = json.load(handle)
+        skipped = [(r['hosts'], r['why'] if 'would take' not in r['why'] else
+                    'not run (would take about %.0f s, extrapolated)' % predict_wall(saved['runs'], r['hosts']))
+                   for r in saved['not_run']]
+        report(saved['runs'], skipped, saved['correct'])
+        return 0 if saved['correct'] else 1
     bench = Bench(args)
     measured, skipped, ok = [], [], True
     print('rollout scale benchmark, %s, %d cores, forks %d, work %s' % (
@@ -481,10 +522,8 @@ def main(argv=None):
                 skipped.append((count, 'not run (above --max-hosts %d)' % args.max_hosts))
                 continue
             elapsed = time.time() - bench.started
-            points = [(n, sum(r['wall_s'] for r in measured if r['hosts'] == n)) for n in sorted(set(r['hosts'] for r in measured))
-                      if all(not r['problems'] for r in measured if r['hosts'] == n)]
-            if count > ALWAYS_RUN and points:
-                predicted = scale_model.extrapolate(points, count)
+            predicted = predict_wall(measured, count)
+            if count > ALWAYS_RUN and predicted is not None:
                 if elapsed + predicted > args.budget_s:
                     skipped.append((count, 'not run (would take about %.0f s, extrapolated)' % predicted))
                     print('%d hosts: not run (would take about %.0f s, extrapolated; budget %.0f s, %.0f s spent)'
@@ -493,10 +532,10 @@ def main(argv=None):
             for result in bench.measure(count):
                 measured.append(result)
                 print('%5d hosts %-8s wall %7.1f s, controller CPU %7.1f s (%.2f s per host, simulation %.1f s), journal '
-                      '%s ms per call under its lock (p95 %s, CPU %s) over %d calls, %s tasks per host, %d changed host(s)%s' % (
+                      '%s ms CPU per call under its lock (p95 %s, wall %s) over %d calls, %s tasks per host, %d changed host(s)%s' % (
                           count, result['label'], result['wall_s'], result['controller_cpu_s'], result['cpu_per_host_s'],
-                          result['sim_cpu_s'], result['journal_ms_mean'], result['journal_ms_p95'],
-                          result['journal_cpu_ms_mean'], result['journal_calls'], result['tasks_per_host'],
+                          result['sim_cpu_s'], result['journal_cpu_ms_mean'], result['journal_cpu_ms_p95'],
+                          result['journal_ms_mean'], result['journal_calls'], result['tasks_per_host'],
                           result['changed_hosts'],
                           ''.join('\n      PROBLEM: %s' % p for p in result['problems'])), flush=True)
                 ok = ok and not result['problems']
@@ -504,14 +543,7 @@ def main(argv=None):
                 break
     finally:
         bench.stop_hub()
-    checks, model = targets(measured)
-    print()
-    print(table(measured, skipped))
-    print()
-    for check in checks:
-        print('target: %s: %s (%s) %s' % (check['target'], check['value'], check['how'], check['verdict']))
-    print('correctness: %s' % ('every upgrade ended completed with every host done, every no-op re-run changed nothing'
-                               if ok else 'FAILED (see above)'))
+    checks, model = report(measured, skipped, ok)
     if args.json:
         with open(args.json, 'w') as handle:
             json.dump({'date': datetime.datetime.now(datetime.timezone.utc).isoformat(), 'cores': os.cpu_count(),

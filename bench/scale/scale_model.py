@@ -5,7 +5,7 @@
 - batch_sizes: the restart batches Ansible makes of a play's ``serial`` list;
 - rollout_model: a real rollout's duration from the controller's measured time (gates instant, nothing to
   transfer), the gates and the staging transfer;
-- power-law extrapolation of a measured figure to a larger fleet.
+- the extrapolation of a per-host or per-call figure to a larger fleet (a line in the fleet size).
 """
 
 from __future__ import (absolute_import, division, print_function)
@@ -64,22 +64,27 @@ def rollout_model(hosts, controller_s, serial=DEFAULT_SERIAL, gate_s=GATE_S, sna
             'ratio': round(total / ideal, 3), 'limit_ratio': 1.0 + target, 'ok': total <= ideal * (1.0 + target)}
 
 
-def power_fit(points):
-    """(coefficient, exponent) of y = c * n ** k through the last two (n, y) points with different n; exponent 1
-    (linear through the last point) when there is only one."""
-    points = sorted((float(n), float(y)) for n, y in points if n > 0 and y > 0)
-    if not points:
+def affine_fit(points):
+    """(intercept, slope) of y = a + b * n through the two largest sizes of (n, y) points, the slope at least 0;
+    (y, 0) with one size. Per-host and per-call costs of a rollout are of this form: a constant per task, plus
+    what grows with the fleet (the journal read and written whole, expressions over every host's variables).
+    A per-run cost spread over the hosts makes a per-host figure fall with n; the slope is then taken as 0."""
+    by_size = {}
+    for n, y in points:
+        if n > 0 and y is not None:
+            by_size[float(n)] = float(y)
+    if not by_size:
         raise ValueError('no point to extrapolate from')
-    (n2, y2) = points[-1]
-    lower = [p for p in points if p[0] < n2]
-    if not lower:
-        return y2 / n2, 1.0
-    (n1, y1) = lower[-1]
-    exponent = math.log(y2 / y1) / math.log(n2 / n1)
-    return y2 / n2 ** exponent, exponent
+    sizes = sorted(by_size)
+    n2 = sizes[-1]
+    if len(sizes) == 1:
+        return by_size[n2], 0.0
+    n1 = sizes[-2]
+    slope = max(0.0, (by_size[n2] - by_size[n1]) / (n2 - n1))
+    return by_size[n2] - slope * n2, slope
 
 
 def extrapolate(points, n):
-    """y at ``n`` from the power law through the last two measured points."""
-    coefficient, exponent = power_fit(points)
-    return coefficient * float(n) ** exponent
+    """y at ``n`` on the line through the two largest measured sizes (see affine_fit)."""
+    intercept, slope = affine_fit(points)
+    return intercept + slope * float(n)

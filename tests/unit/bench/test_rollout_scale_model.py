@@ -51,17 +51,17 @@ def test_rollout_model_fails_past_fifteen_percent():
     assert not scale_model.rollout_model(1024, controller_s=0.15 * ideal + 1)['ok']
 
 
-def test_extrapolation_recovers_a_power_law():
-    points = [(16, 3.0 * 16 ** 1.7), (64, 3.0 * 64 ** 1.7)]
-    coefficient, exponent = scale_model.power_fit(points)
-    assert exponent == pytest.approx(1.7)
-    assert coefficient == pytest.approx(3.0)
-    assert scale_model.extrapolate(points, 1024) == pytest.approx(3.0 * 1024 ** 1.7)
+def test_extrapolation_is_a_line_through_the_two_largest_sizes():
+    points = [(4, 100.0), (16, 10.0), (64, 13.0)]      # per host: the line through 16 and 64
+    intercept, slope = scale_model.affine_fit(points)
+    assert slope == pytest.approx(3.0 / 48)
+    assert intercept == pytest.approx(9.0)
+    assert scale_model.extrapolate(points, 1024) == pytest.approx(9.0 + 1024 * 3.0 / 48)
 
 
-def test_extrapolation_uses_the_last_two_points_and_one_point_is_linear():
-    points = [(4, 1.0), (16, 4.0), (64, 64.0)]   # linear, then quadratic
-    assert scale_model.power_fit(points)[1] == pytest.approx(2.0)
-    assert scale_model.extrapolate([(16, 8.0)], 64) == pytest.approx(32.0)
+def test_a_falling_figure_is_held_flat_and_one_size_is_flat():
+    # a per-run cost spread over more hosts: never extrapolated below the largest measurement
+    assert scale_model.extrapolate([(16, 20.0), (64, 16.0)], 1024) == pytest.approx(16.0)
+    assert scale_model.extrapolate([(16, 8.0)], 64) == pytest.approx(8.0)
     with pytest.raises(ValueError):
-        scale_model.power_fit([])
+        scale_model.affine_fit([])
