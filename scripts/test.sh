@@ -71,10 +71,11 @@ lab_was_up=false
 [ "$(podman container inspect --format '{{.State.Running}}' lab-registry 2>/dev/null)" = true ] && lab_was_up=true
 step lab-services bash lab/lab.sh up --services-only
 step lab-tests pytest -q -rs tests/lab
-# The benchmarks that need no lab fleet, in their quick modes (about 1.5 minutes): they must
-# run to their end. connections and unavailability need the lab's own hosts (about 6.5 minutes):
-# they run at the end of molecule's second lane, which ends about 10 minutes before the first.
-step bench-quick bash scripts/bench-quick.sh reverify canary fanout
+# The benchmarks that need no lab fleet, in their quick modes (about 1.5 minutes, plus about 5.5
+# for scale: 16 simulated hosts, bench/README.md): they must run to their end. connections and
+# unavailability need the lab's own hosts (about 6.5 minutes): they run at the end of molecule's
+# second lane, which ends about 10 minutes before the first.
+step bench-quick bash scripts/bench-quick.sh reverify canary fanout scale
 lab_bench() { bash scripts/bench-quick.sh connections unavailability; }
 # Molecule in two lanes: `default` (the longest, the lab end to end) and `replica`, both over
 # SSH, beside the role scenarios one after the other (each lane about 30 minutes of a 2-core
