@@ -11,7 +11,6 @@
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import math
 
 # A real Inkling rollout (issue 34; docs/inkling-facts.md): the NVFP4 snapshot is about 592 GB, each host's
 # link 25 Gbit/s, a restart and its gate about 10 minutes, the rollout's default serial.
