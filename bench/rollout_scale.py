@@ -199,8 +199,9 @@ class Bench(object):
         journal = read_journal(run_dir)
         problems = run['problems'] + check_journal(journal, hosts, 'done', 'completed')
         if run['rc'] != 0 or problems:
-            raise RuntimeError('the first deploy of release A failed (rc %s): %s; log %s'
-                               % (run['rc'], '; '.join(problems[:5]), run['log']))
+            raise RuntimeError('the first deploy of release A failed (rc %s%s): %s; log %s'
+                               % (run['rc'], ', stopped by --timeout-s' if run['timed_out'] else '',
+                                  '; '.join(problems[:5]), run['log']))
         self.templates = [self.host_state(hosts[0]), self.host_state(hosts[1])]
         return run
 
@@ -541,6 +542,9 @@ def main(argv=None):
                 ok = ok and not result['problems']
             if not ok:
                 break
+    except RuntimeError as exc:
+        print('FAILED: %s' % exc, flush=True)
+        ok = False
     finally:
         bench.stop_hub()
     checks, model = report(measured, skipped, ok)
