@@ -8,10 +8,11 @@
 # Needs the set-up (scripts/setup.sh) and the lab services (lab/lab.sh up --services-only);
 # starts the lab's four hosts for the benchmarks that need a serving fleet and removes them at
 # the end (the services stay). scripts/test.sh runs reverify, canary, fanout and journal as the
-# step `bench-quick`, and connections and unavailability as `bench-quick-lab` at the end of
-# molecule's second lane (bench/README.md).
+# step `bench-quick`, and scale, connections and unavailability as `bench-quick-lab` at the end of
+# molecule's second lane (bench/README.md). scale needs neither the lab's services nor its hosts
+# (its own hub, simulated hosts).
 #
-#   bash scripts/bench-quick.sh [NAME...]   NAME: reverify canary fanout journal connections unavailability
+#   bash scripts/bench-quick.sh [NAME...]   NAME: reverify canary fanout journal scale connections unavailability
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
@@ -20,7 +21,7 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$top/lab/conf/containers.conf}
 # shellcheck source=lab/scripts/lib.sh
 . lab/scripts/lib.sh
 
-names=${*:-reverify canary fanout journal connections unavailability}
+names=${*:-reverify canary fanout journal scale connections unavailability}
 failed=()
 bench() { # bench NAME COMMAND...
   local name=$1 t0=$SECONDS rc=0
@@ -39,6 +40,7 @@ bench reverify python bench/hf_cache_reverify.py --quick
 bench canary python bench/canary_analysis.py --quick
 bench fanout python bench/hf_cache_fanout.py --quick --no-lab-up
 bench journal python bench/journal_calls.py --quick
+bench scale python bench/rollout_scale.py --quick
 if [[ " $names " == *" connections "* || " $names " == *" unavailability "* ]]; then
   # One lab host (the four boot; one is deployed): the first deploy over SSH, then a no-op
   # re-run over SSH and one over the podman connection.
