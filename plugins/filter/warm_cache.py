@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters of warm restarts: the compile cache key of a host and the host its caches come
-from. Thin wrappers over plugins/module_utils/warm_cache.py (docs/warm-restarts.md)."""
+"""Filters of warm restarts: the compile cache key of a host, the seeds published so far (once per
+batch) and the host a host's caches come from. Thin wrappers over plugins/module_utils/warm_cache.py
+(docs/warm-restarts.md)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -30,6 +31,12 @@ def cache_seed_source(key, host, seeds, order):
     return dict(seeds[source], host=source)
 
 
+def cache_seed_table(seeds, order):
+    """{'order': [hosts that published, in order], 'seeds': {host: seed}}: the seeds published so far,
+    computed once per batch (run_once); each host then picks its source in it (cache_seed_source)."""
+    return warm_cache.seed_table(dict(seeds or {}), list(order or []))
+
+
 class FilterModule(object):
     def filters(self):
-        return {'cache_key': cache_key, 'cache_seed_source': cache_seed_source}
+        return {'cache_key': cache_key, 'cache_seed_source': cache_seed_source, 'cache_seed_table': cache_seed_table}

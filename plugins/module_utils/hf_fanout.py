@@ -9,11 +9,15 @@ Each takes the ordered peer names and a state per host that takes part::
      'is_seed': bool,           # picked to download from the hub
      'held_revision': str,      # the commit of the snapshot it held when the role started ('' if none)
      'planned_revision': str,   # the commit its hub plan resolved (seeds; '' otherwise)
-     'run': str}                # the run id of its staging
+     'run': str,                # the run id of its staging
+     'address': str}            # its address on the fleet network (``addresses`` only)
 
 The commit to copy is never a peer's: the controller asks the hub (``hub_commit``, ``hub_files``) and
-``plan`` takes its answer. The filter plugins in ``plugins/filter/hf_fanout.py`` build these states from ``hostvars``; the role's
-task files only sequence. Which host takes each file from which (the relay) is ``relay_parents`` and
+``plan`` takes its answer. The filter plugins in ``plugins/filter/hf_fanout.py`` build these states from
+the fact each host publishes (``hf_cache_peer_state``), reading each host's variables once per call, and
+from the seeds the controller picked; the role calls each filter once per play (``run_once``), never per
+host, and every host looks its part up in that one result (docs/hf-cache.md). The role's task files
+only sequence. Which host takes each file from which (the relay) is ``relay_parents`` and
 ``relay_sources`` below, used by each receiver's ``hf_peer_copy`` job; ``schedule`` models its completion time.
 """
 
@@ -74,15 +78,23 @@ def plan(peers, states, commit=''):
     }
 
 
+def addresses(peers, states):
+    """The peers' addresses, decided once with the plan: ``{'addresses': {peer: address ('' when it has none)},
+    'allow': [the non-empty addresses, in the peers' order]}``; ``addresses`` is what every receiver's copy job
+    connects to, ``allow`` what every daemon and relay answers (``hosts allow``)."""
+    found = [(p, str((states.get(p) or {}).get('address') or '')) for p in peers]
+    return {'addresses': dict(found), 'allow': [a for dummy, a in found if a]}
+
+
 def failures(fanout, alive, states):
     """What the waiting copies must be told once the seeds' downloads ended.
 
     ``fanout`` is what ``plan`` returned, ``alive`` the hosts still in the play, ``states`` the hosts'
-    states now. A peer is dead when it left the play (it failed) or when it is a seed that ended its
-    download without a verified snapshot (a block around the role may have rescued it, so it is still
-    in the play). The copies give up (``abort``) when no root holds the snapshot any more: no peer can
-    ever get it then, and they stage from the hub. A copy that gives up later tells the others itself
-    (``hf_peer_copy`` writes a file its rsync daemon serves).
+    states now (only the seeds' and the roots' states are read). A peer is dead when it left the play (it
+    failed) or when it is a seed that ended its download without a verified snapshot (a block around the
+    role may have rescued it, so it is still in the play). The copies give up (``abort``) when no root
+    holds the snapshot any more: no peer can ever get it then, and they stage from the hub. A copy that
+    gives up later tells the others itself (``hf_peer_copy`` writes a file its rsync daemon serves).
 
     Returns ``{'dead', 'abort', 'reason'}``.
     """

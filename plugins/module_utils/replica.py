@@ -86,6 +86,40 @@ def replica_of(host, host_order, hostvars):
     return None
 
 
+def table(host_order, hostvars):
+    """Every replica of the inventory, read once for the whole play (each host's variables at most once):
+    ``{'replicas': name -> replica (see ``replicas``), 'of': member -> replica name, 'errors': [...]}``.
+    Inconsistent replicas are not raised here but listed in ``errors``: ``lookup`` raises them for a host
+    that asks, as ``replica_of`` does."""
+    seen = {}
+
+    class _Once(object):
+        """hostvars, each host's variables fetched once (a fetch evaluates all of that host's variables)."""
+
+        def __getitem__(self, host):
+            if host not in seen:
+                seen[host] = hostvars[host]
+            return seen[host]
+
+    try:
+        found = replicas(host_order, _Once())
+    except ReplicaError as e:
+        return {'replicas': {}, 'of': {}, 'errors': e.errors}
+    of = dict((member, name) for name, rep in found.items() for member in rep['members'])
+    return {'replicas': found, 'of': of, 'errors': []}
+
+
+def lookup(replica_table, host):
+    """The replica ``host`` belongs to in a ``table``, or None; raises ReplicaError when the inventory's
+    replicas are inconsistent. None without a table (a role's defaults templated before the play read it)."""
+    if not replica_table:
+        return None
+    if replica_table.get('errors'):
+        raise ReplicaError(replica_table['errors'])
+    name = (replica_table.get('of') or {}).get(host)
+    return (replica_table.get('replicas') or {}).get(name) if name is not None else None
+
+
 def units(hosts, replica_map):
     """The rollout's units in host order: each replica once (at its first member in ``hosts``),
     listing its members that are in ``hosts`` (head first); every other host is a unit alone.

@@ -100,6 +100,17 @@ def seed_source(host, key, seeds, order):
     return None
 
 
+def seed_table(seeds, order):
+    """The seeds published so far, read once per batch on the controller: ``{'order': [the hosts in
+    ``order`` that published a seed], 'seeds': {host: its seed}}`` (``seeds``: host -> published seed, empty
+    or missing when it published none). ``seed_source(host, key, table['seeds'], table['order'])`` is then
+    ``seed_source(host, key, seeds, order)``, looking only at the hosts that published (a few per key), not
+    at the whole play."""
+    seeds = seeds or {}
+    hosts = [h for h in order if seeds.get(h)]
+    return {'order': hosts, 'seeds': dict((h, seeds[h]) for h in hosts)}
+
+
 def build_manifest(cache_dir, subdirs):
     """Every regular file under ``cache_dir/<subdir>`` for the given subdirectories, sorted:
     [{'path': 'vllm/x', 'size': n, 'sha256': hex}], and the links and special files left out

@@ -5,6 +5,7 @@ and the journal's replica accounting (module_utils/rollout.py)."""
 
 import pytest
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.inkling.fleet.plugins.filter import replica as flt
 from ansible_collections.inkling.fleet.plugins.module_utils import replica as rep
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
@@ -192,6 +193,59 @@ def test_a_replica_passes_when_the_head_passed_and_the_worker_stayed_up():
 ])
 def test_any_member_failing_fails_the_replica(results, problem):
     assert rep.gate_problems(MEMBERS, results) == [problem]
+
+
+class CountingHostvars(dict):
+    """hostvars whose every ``hostvars[name]`` (a full evaluation of that host's variables in Ansible) is counted."""
+
+    def __init__(self, *a, **kw):
+        super(CountingHostvars, self).__init__(*a, **kw)
+        self.reads = {}
+
+    def __getitem__(self, name):
+        self.reads[name] = self.reads.get(name, 0) + 1
+        return dict.__getitem__(self, name)
+
+
+def test_the_table_read_once_answers_what_replica_of_answers_on_every_host():
+    hv = CountingHostvars(inventory())
+    table = flt.replica_table(ORDER, hv)
+    # each host's variables once, however many members a replica has
+    assert sorted(hv.reads) == sorted(ORDER) and set(hv.reads.values()) == {1}
+    for host in ORDER:
+        assert flt.replica_lookup(table, host) == rep.replica_of(host, ORDER, inventory())
+    assert table['of'] == {'h100-a': 'r1', 'h100-b': 'r1', 'h100-d': 'r2', 'h100-c': 'r2'}
+    # before the role read the table (its defaults templated for argument validation): null
+    assert flt.replica_lookup(None, 'h100-a') is None
+
+
+def test_the_table_keeps_inconsistent_replicas_for_the_hosts_that_ask():
+    bad = inventory(**{'h100-c': {'inkling_replica_role': 'head', 'inkling_replica_port': 29550}})
+    table = flt.replica_table(ORDER, bad)            # no failure for the whole play here
+    assert 'replica r2 has 2 heads (h100-c, h100-d)' in table['errors'][0]
+    with pytest.raises(AnsibleFilterError, match='replica r2 has 2 heads'):
+        flt.replica_lookup(table, 'h100-a')
+    with pytest.raises(AnsibleFilterError, match='replica r2 has 2 heads'):
+        flt.replica_of(ORDER, bad, 'h100-a')         # as before
+
+
+def test_the_per_host_filters_take_the_members_values_and_read_no_host():
+    members = ['h100-a', 'h100-b', 'h100-c']
+    assert flt.replica_partners_with(members, 'h100-a', [['unit changed'], [], ['not active']]) == ['h100-c']
+    assert flt.replica_partners_with(members, 'h100-c', [['unit changed'], None, ['x']]) == ['h100-a']
+    assert flt.replica_partners_without(members, 'h100-a', [True, False, None]) == ['h100-b', 'h100-c']
+    assert flt.replica_partners_without(members, 'h100-b', [True]) == ['h100-c']      # a missing value: not set
+    replica = {'name': 'r1', 'members': ['h100-a', 'h100-b'], 'head': 'h100-a'}
+    gpu = {'driver_version': '580.95.05'}
+    assert flt.replica_with_gpus(replica, [{'nvidia_gpu': gpu}, {'failed': True}])['gpus'] == {'h100-a': gpu, 'h100-b': None}
+    assert flt.replica_with_gpus(None, []) is None
+    ok = {'failed': False}
+    assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'stdout': 'ActiveState=active\nNRestarts=0'}],
+                                     [{'stdout': '0'}, {'stdout': '0\n'}]) == []
+    assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'stdout': 'ActiveState=failed\nNRestarts=0'}],
+                                     [None, None]) == ['the worker h100-b is failed']
+    assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'skipped': True}], [None, None]) == [
+        'the worker h100-b did not get as far as its restart']
 
 
 def test_the_filters_read_the_plan_and_the_contracts_from_hostvars():

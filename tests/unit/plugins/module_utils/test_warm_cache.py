@@ -3,6 +3,7 @@
 """The pure functions of warm restarts: cache key, seed source, manifests, pruning, page-cache decision."""
 
 import os
+import random
 
 import pytest
 
@@ -74,6 +75,25 @@ def test_seed_source_only_from_the_same_key():
     assert filters.cache_seed_source(k, 'h200-02', seeds, order) == dict(seeds['h200-01'], host='h200-01')
     assert filters.cache_seed_source({'id': '', 'error': 'x'}, 'h200-02', seeds, order) == {}
     assert filters.cache_seed_source(k, 'h200-02', {'h200-01': {}, 'h200-03': ''}, order) == {}
+
+
+def test_the_table_read_once_per_batch_gives_every_host_the_source_it_found_before():
+    """The seeds published so far are read once per batch (restart_phases.yml); each host's source in that table is
+    the one it found before by reading every host of the play (warm.yml, cache_publish.yml)."""
+    rnd = random.Random(34)
+    keys = [key(), key(gpu_model='NVIDIA B200', driver_version='580.95.05'), key(gpu_count=4), {'id': '', 'error': 'x'}]
+    for dummy in range(200):
+        order = ['gpu-%03d' % i for i in range(rnd.randint(1, 60))]
+        published = dict((h, {'key': rnd.choice(keys[:3]), 'url': 'u-' + h, 'token': 't', 'files': []}
+                          if rnd.random() < 0.15 else {}) for h in order)
+        table = filters.cache_seed_table(published, order)
+        assert table['order'] == [h for h in order if published[h]]
+        assert set(table['seeds']) == set(table['order'])
+        for host in order:
+            k = rnd.choice(keys)
+            assert filters.cache_seed_source(k, host, table['seeds'], table['order']) == \
+                filters.cache_seed_source(k, host, published, order)
+    assert filters.cache_seed_table({}, ['a']) == {'order': [], 'seeds': {}}
 
 
 def test_manifest_lists_regular_files_only(tmp_path):

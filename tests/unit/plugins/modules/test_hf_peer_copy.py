@@ -58,7 +58,6 @@ def render_rsyncd(tmp, cache, port, rundir=None, address='127.0.0.1', fleet=None
     with open(TEMPLATE) as f:
         source = f.read()
     fleet = fleet or sorted(set(ADDRS.values()))
-    hostvars = dict(('h%d' % i, {'__hf_cache_peer_addr': a}) for i, a in enumerate(fleet))
     secrets = os.path.join(str(tmp), 'rsyncd-%s.secrets' % address)
     with open(secrets, 'w') as f:
         f.write('inkling-fleet:%s\n' % secret)
@@ -66,13 +65,14 @@ def render_rsyncd(tmp, cache, port, rundir=None, address='127.0.0.1', fleet=None
     rundir = rundir or os.path.join(cache, 'run')
     os.makedirs(rundir, exist_ok=True)   # hf_peer_serve makes it before the daemon starts (its lock file is there)
     text = Templar(loader=DataLoader(), variables={
-        'ansible_managed': 'test', '__hf_cache_peer_addr': address, 'hf_cache_peer_port': port,
+        'ansible_managed': 'test', 'hf_cache_peer_state': {'address': address}, 'hf_cache_peer_port': port,
         '__hf_cache_peer_rundir': rundir,
         'hf_cache_peer_serve_user': SERVE_USER, '__hf_cache_peer_serve_group': SERVE_GROUP,
         'hf_cache_stall_timeout_s': 30, 'hf_cache_dir': cache,
         '__hf_cache_repo_dir': hc.repo_dir(cache, REPO_ID), '__hf_cache_rsyncd_excludes': EXCLUDES,
         '__hf_cache_peer_user': 'inkling-fleet', '__hf_cache_rsyncd_secrets': secrets,
-        '__hf_cache_fanout': {'peers': sorted(hostvars)}, 'hostvars': hostvars}).template(trust_as_template(source))
+        # the fleet's addresses, as the controller's plan lists them (hf_peer_plan: allow)
+        '__hf_cache_fanout': {'allow': list(fleet)}}).template(trust_as_template(source))
     if os.geteuid() != 0:   # chroot and uid switching need root (CI runs as root)
         text = text.replace('use chroot = yes', 'use chroot = no')
         text = '\n'.join(l for l in text.splitlines() if not l.startswith(('uid =', 'gid =')))
