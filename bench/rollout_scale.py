@@ -458,7 +458,7 @@ def table(measured, skipped):
 # ---------------------------------------------------------------- main
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+    ap = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument('--hosts', default='16,64,256,1024', help='fleet sizes, comma-separated (default 16,64,256,1024)')
     ap.add_argument('--forks', type=int, default=0, help='ansible-playbook --forks (default: ansible.cfg\'s)')

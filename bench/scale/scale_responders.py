@@ -569,8 +569,8 @@ def quadlet_unit_result(ctx, args):
     before = _file_entry(ctx, path)
     if before is None or before['content'] != content:
         if before is not None:
-            ctx.state['files'][args['backup_path']] = {'content': before['content'], 'mode': '0600',
-                                                      'mtime': round(time.time(), 6)}
+            backup = {'content': before['content'], 'mode': '0600', 'mtime': round(time.time(), 6)}
+            ctx.state['files'][args['backup_path']] = backup
             result['backup'] = args['backup_path']
         ctx.state['files'][path] = {'content': content, 'mode': '0644', 'mtime': round(time.time(), 6)}
         ctx.state['unit_path'] = path
@@ -628,9 +628,8 @@ def compile_cache_result(ctx, args):
     if state in ('claimed', 'seeded'):
         claim_changed = entry.get('key') != key.get('id')
         if claim_changed:
-            claim_reason = ('key written (the set was %s)' % ('empty' if not entry.get('files') else
-                                                               'filled by this host before keys were kept')
-                            if entry.get('key') is None else
+            was = 'empty' if not entry.get('files') else 'filled by this host before keys were kept'
+            claim_reason = ('key written (the set was %s)' % was if entry.get('key') is None else
                             'the set carried another key; emptied: this host starts cold')
             if entry.get('key') is not None:
                 entry['files'] = []
@@ -694,9 +693,9 @@ def hf_prune_result(ctx, args):
     keep = [k for k in args.get('keep') or [] if re.match(r'^[0-9a-f]{40}$', str(k))]
     held = sorted(set(k.split('@')[1] for k in (ctx.state.get('snapshots') or {}) if k.startswith(args['repo_id'] + '@')))
     kept = [k for k in keep if k in held]
+    msg = 'removed 0 revision(s) of %s, 0 blob(s), 0 B; kept %s' % (args['repo_id'], ', '.join(k[:12] for k in kept))
     return 0, {'changed': False, 'kept': kept, 'removed_revisions': [], 'removed_blobs': 0, 'freed_bytes': 0,
-               'msg': 'removed 0 revision(s) of %s, 0 blob(s), 0 B; kept %s' % (args['repo_id'],
-                                                                             ', '.join(k[:12] for k in kept))}
+               'msg': msg}
 
 
 def preflight_recheck_result(ctx, args):
@@ -733,8 +732,8 @@ def image_trial_result(ctx, args):
         answer = dict(ctx.fixtures['trial_answer'])
         verdict = it.judge(args['host'], args['image'], answer, args['compute_caps'], 0, '')
         result = {'changed': False, 'failures': verdict['failures'], 'elapsed_s': 21.4, 'entrypoint': ['vllm', 'serve']}
-        result.update(dict((k, answer.get(k)) for k in ('vllm_version', 'torch_version', 'cuda_version', 'arch_list',
-                                                       'args_ok', 'args_error', 'parser')))
+        keys = ('vllm_version', 'torch_version', 'cuda_version', 'arch_list', 'args_ok', 'args_error', 'parser')
+        result.update(dict((k, answer.get(k)) for k in keys))
         result['arch_support'] = dict((cap, dict(zip(('kind', 'arch'), it.arch_support(cap, answer.get('arch_list')))))
                                       for cap in args['compute_caps'])
         if not verdict['ok']:
