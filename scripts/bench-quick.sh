@@ -7,9 +7,9 @@
 #
 # Needs the set-up (scripts/setup.sh) and the lab services (lab/lab.sh up --services-only);
 # starts the lab's four hosts for the benchmarks that need a serving fleet and removes them at
-# the end (the services stay). scripts/test.sh runs reverify, canary, fanout and journal as the
-# step `bench-quick`, and scale, connections and unavailability as `bench-quick-lab` at the end of
-# molecule's second lane (bench/README.md). scale needs neither the lab's services nor its hosts
+# the end (the services stay). scripts/test.sh runs reverify, canary and journal as the step
+# `bench-quick`, and fanout, scale, connections and unavailability as `bench-quick-lab` at the end
+# of molecule's second lane (bench/README.md). scale needs neither the lab's services nor its hosts
 # (its own hub, simulated hosts).
 #
 #   bash scripts/bench-quick.sh [NAME...]   NAME: reverify canary fanout journal scale connections unavailability

@@ -54,7 +54,7 @@ def test_ci_runs_bench_quick():
     ci = m.group(1).split()
     # the benchmarks that need no lab fleet; an empty list would run all of them
     assert ci and set(ci) <= set(re.findall(r'^\s*bench (\S+) python', _script(), flags=re.M))
-    for name in ('reverify', 'canary', 'fanout'):
+    for name in ('reverify', 'canary', 'journal'):
         assert name in ci
 
 
@@ -65,8 +65,9 @@ def test_ci_runs_every_benchmark():
     first = re.search(r'^\s*step bench-quick bash scripts/bench-quick\.sh(.*)$', text, flags=re.M).group(1).split()
     lab = re.search(r'^lab_bench\(\) \{ bash scripts/bench-quick\.sh ([^;]*);', text, flags=re.M)
     assert lab, 'scripts/test.sh defines no lab_bench'
-    # scale (simulated hosts) is heavy on the controller's CPU: it runs in the second lane too
-    assert set(lab.group(1).split()) == {'scale', 'connections', 'unavailability'}
+    # fanout (its own hub and hosts) and scale (simulated hosts, heavy on the controller's CPU) run
+    # in the second lane too, off the first lane's path
+    assert set(lab.group(1).split()) == {'fanout', 'scale', 'connections', 'unavailability'}
     assert set(first) | set(lab.group(1).split()) == set(re.findall(r'^\s*bench (\S+) python', _script(), flags=re.M))
     # called in the second lane and, with one lane, as a step of its own
     assert re.search(r'^\s+lab_bench \|\| rc=\$\?$', text, flags=re.M)
