@@ -147,16 +147,22 @@ def sm_name(cap):
 
 
 def should_skip(image, args, running_image=None, running_args=None, env=None, running_env=None):
-    """True when the running unit already serves this exact image digest with these arguments (and
-    environment, when both are given): the image was tried when it was deployed."""
+    """True when the running unit already serves this exact image digest with these arguments and
+    this environment: the image was tried when it was deployed. A new environment (``env``) with no
+    known running one is not skipped: an upgrade that changes only the environment (a kernel or
+    backend switch) is tried like any other."""
     mine, theirs = digest_of(image), digest_of(running_image)
     if not mine or not theirs or mine != theirs or running_args is None:
         return False
     if [str(a) for a in args or []] != [str(a) for a in running_args]:
         return False
-    if env is not None and running_env is not None and dict(env) != dict(running_env):
+    if env is not None and (running_env is None or _env(env) != _env(running_env)):
         return False
     return True
+
+
+def _env(env):
+    return dict((str(k), str(v)) for k, v in dict(env).items())
 
 
 def _versions(answer):

@@ -23,8 +23,8 @@ description:
     and the subcommand's C(validate) run and nothing starts; C(python -m vllm.entrypoints.openai.api_server)
     images through C(make_arg_parser) and C(validate_parsed_serve_args).
   - Returns vLLM's, PyTorch's and CUDA's versions and the arch list for the report.
-  - Skipped (C(skipped=true)) when the running unit already uses the same image digest and arguments
-    (O(running_image), O(running_args)).
+  - Skipped (C(skipped=true)) when the running unit already uses the same image digest, arguments and
+    environment (O(running_image), O(running_args), O(running_env)).
   - Fails, naming the host, the image, what was found and the remedy, when a check fails. Changes nothing on
     the host (the container is removed); runs the same in check mode.
 author:
@@ -63,15 +63,16 @@ options:
     elements: str
     required: true
   running_image:
-    description: The image (by digest) of the unit running now; with O(running_args), the trial is skipped when
-      both equal the new ones.
+    description: The image (by digest) of the unit running now; with O(running_args) (and O(running_env) when
+      O(env) is given), the trial is skipped when all equal the new ones.
     type: str
   running_args:
     description: The vLLM arguments of the unit running now.
     type: list
     elements: str
   running_env:
-    description: The environment of the unit running now (compared too when given).
+    description: The environment of the unit running now. When O(env) is given and this is not, the
+      trial is not skipped (the running environment is unknown).
     type: dict
   podman_path:
     description: The podman binary.

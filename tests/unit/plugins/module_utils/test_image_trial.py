@@ -56,6 +56,11 @@ def test_skip_only_for_the_same_digest_and_arguments():
     assert not it.should_skip(IMAGE, args, IMAGE, None)
     assert not it.should_skip('repo:tag', args, 'repo:tag', args)
     assert not it.should_skip(IMAGE, args, IMAGE, args, {'A': '1'}, {'A': '2'})
+    assert it.should_skip(IMAGE, args, IMAGE, args, {'A': '1'}, {'A': 1})
+    # an environment-only upgrade against a host whose recorded state has no environment (recorded
+    # before the state file carried it) is tried, not skipped
+    assert not it.should_skip(IMAGE, args, IMAGE, args, {'A': '1'}, None)
+    assert it.should_skip(IMAGE, args, IMAGE, args, None, None)
 
 
 @pytest.fixture(scope='module')
@@ -210,9 +215,16 @@ def test_module_refuses_oldarch_and_unknown_flags(podman, tmp_path):
 
 
 def test_module_skips_an_unchanged_unit_and_names_a_missing_image(podman, tmp_path):
-    rc, result = run_module('image_trial', module_args(podman[0], running_image=IMAGE, running_args=unit_args()),
-                            tmp_path=tmp_path)
+    same = module_args(podman[0])
+    rc, result = run_module('image_trial', module_args(podman[0], running_image=IMAGE, running_args=unit_args(),
+                                                       running_env=dict(same['env'])), tmp_path=tmp_path)
     assert result['skipped'] is True and 'already uses %s' % DIGEST in result['msg']
     assert not podman[1].exists()
+    # the running environment unknown (a state recorded without it): tried, not skipped
+    rc, result = run_module('image_trial', module_args(podman[0], running_image=IMAGE, running_args=unit_args()),
+                            tmp_path=tmp_path)
+    assert rc == 0 and not result.get('skipped'), result
+    assert podman[1].exists()
+    podman[1].unlink()
     rc, result = run_module('image_trial', module_args(podman[0], image='x/missing@' + DIGEST), tmp_path=tmp_path)
     assert result['failed'] and 'is not on the host' in result['msg'] and 'image role' in result['msg']
