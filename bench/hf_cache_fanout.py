@@ -62,7 +62,7 @@ REPO_ID = 'inkling-bench/fanout-synthetic'
 CACHE_DIR = '/srv/bench/hub'
 # the relay's fixed costs per rsync connection of a receiver (connect, authenticate; a receiver behind its
 # source takes every blob the source holds in one), per file (the rename, the end of the hash) and per hop
-# (half the receiver's 0.5 s poll and a listing), measured on the lab: see bench/README.md
+# (half the receiver's 0.5 s poll and a listing), measured on the lab: see bench/history.md
 PER_CONNECTION_S = 0.15
 PER_FILE_S = 0.02
 PER_HOP_S = 0.4

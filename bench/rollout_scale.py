@@ -5,7 +5,7 @@ Runs deploy-inkling.yml (playbooks/deploy_inkling.yml) with every play, action p
 side is simulated. The bench-only connection plugin bench/scale/connection_plugins/inkling_replay.py answers each
 module run from bench/scale/scale_responders.py (a host that serves, gates that pass at once); the bench-only
 callback bench/scale/callback_plugins/inkling_scale.py records every task result per host and times every
-journal call. bench/README.md says what is simulated and how.
+journal call. bench/scale/README.md says what is simulated and how.
 
 For each fleet size N (--hosts, default 16,64,256,1024), from hosts that serve release A:
   1. an upgrade to release B (a variant override adds one environment entry: the unit changes on every host,

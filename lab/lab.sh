@@ -219,7 +219,7 @@ cmd_fault() {
 # queue. That is strict priority by size, roughly what a real host's fq_codel or fq gives a
 # sparse flow of ACKs; with one shared FIFO every ACK a host sent waited behind the data it
 # relayed, and a host that downloads and relays at once downloaded at 4.6 to 5.1 MiB/s instead
-# of 5.4 to 5.6 (5.6 to 5.7 alone) on 50mbit links (bench/README.md, "The lab's links").
+# of 5.4 to 5.6 (5.6 to 5.7 alone) on 50mbit links (bench/history.md, "The lab's links").
 # Measured at 50mbit only (BIG TCP packets, whose length field is 0, would count as small;
 # veth has it off). This kernel has htb, tbf and the fifos, not fq_codel, fq, sfq, cake
 # or netem. LAB_SHAPE_FIFO=1 keeps the single tbf FIFO of before, for comparison.
