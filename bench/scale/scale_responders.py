@@ -455,6 +455,14 @@ def command_result(ctx, args):
 
 # ---------------------------------------------------------------- the collection's modules
 
+def rollout_unit_state_result(ctx, args):
+    """The unit's checksum (sha256, '' without the file) and systemctl is-active, as the module reads them."""
+    entry = _file_entry(ctx, args.get('unit_path'))
+    active = bool(ctx.state.setdefault('service', {}).get('active'))
+    return 0, {'changed': False, 'unit_checksum': digests(entry['content'])['sha256'] if entry else '',
+               'active_state': 'active' if active else 'inactive', 'active': active}
+
+
 def nvidia_gpu_info_result(ctx, args):
     return 0, json.loads(json.dumps(ctx.fixtures['nvidia_gpu_info']))
 
@@ -816,6 +824,7 @@ RESPONDERS = {
     'systemd': systemd_result,
     'podman_secret': podman_secret_result,
     'nvidia_gpu_info': nvidia_gpu_info_result,
+    'rollout_unit_state': rollout_unit_state_result,
     'inkling_variant': lambda ctx, args: real_module(ctx, 'inkling_variant', args),
     'preflight_evaluate': lambda ctx, args: real_module(ctx, 'preflight_evaluate', args),
     'preflight_host_facts': host_facts_result,

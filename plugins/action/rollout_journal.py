@@ -47,6 +47,8 @@ ARGUMENT_SPEC = dict(
     step=dict(type='str'),
     data=dict(type='dict', default={}),
     aborted_reason=dict(type='str'),
+    stage_only=dict(type='bool', default=False),
+    unresolved=dict(type='list', elements='str', default=[]),
 )
 
 
@@ -284,9 +286,16 @@ class ActionModule(ActionBase):
         store.save_view(view)
         store.commit()
         rec = view['hosts'][host]
-        return {'admitted': admitted, 'announce': announce, 'halted': view.get('halted', False),
-                'halt_reason': view.get('halt_reason', ''), 'phase': rec.get('phase'),
-                'resume': rec.get('resume', '') if admitted else '', 'canary': bool(rec.get('canary'))}
+        verdict, phase, data = engine.admit_verdict(admitted, args.get('stage_only'), check_mode, args.get('unresolved'))
+        out = {'admitted': admitted, 'announce': announce, 'halted': view.get('halted', False),
+               'halt_reason': view.get('halt_reason', ''), 'phase': rec.get('phase'),
+               'resume': rec.get('resume', '') if admitted else '', 'canary': bool(rec.get('canary')),
+               'verdict': verdict}
+        if phase:
+            # what the caller would have recorded next, in its own transaction as before
+            out['phase'] = self._do_record(store, dict(args, phase=phase, data=data), host, task_vars,
+                                           check_mode)['phase']
+        return out
 
     def _do_read(self, store, args, host, task_vars, check_mode):
         store.begin_read()

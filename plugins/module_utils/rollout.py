@@ -662,6 +662,24 @@ def admit(journal, host, max_failed, now):
     return True, False
 
 
+VERDICTS = ('halt', 'stage_only', 'preview', 'go')
+
+
+def admit_verdict(admitted, stage_only=False, check_mode=False, unresolved=None):
+    """What the restart entry does with a host after admit, in one answer: ``halt`` (not admitted:
+    set aside, finished, or the rollout halted), ``stage_only`` (rollout_stage_only: recorded
+    ``stage_only``, left serving), ``preview`` (check mode, and the deployment still has parts
+    only staging resolves: recorded ``would_restart``), or ``go``. Returns (verdict, phase to
+    record or None, the record's data)."""
+    if not admitted:
+        return 'halt', None, {}
+    if stage_only:
+        return 'stage_only', 'stage_only', {}
+    if check_mode and unresolved:
+        return 'preview', 'would_restart', {'message': 'would restart: ' + ', '.join(str(u) for u in unresolved)}
+    return 'go', None, {}
+
+
 def close_run(journal, now, aborted_reason=None):
     """Close the run: hosts left in a non-terminal phase were stopped by something outside
     the rollout's control (an unreachable host, a playbook stopped early) and are listed as

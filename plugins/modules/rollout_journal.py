@@ -30,7 +30,10 @@ description:
     than O(min_healthy) hosts passed or the budget is already spent.
   - O(action=admit) (before staging and before each host's restart) answers whether the host may
     still be touched. When more hosts have failed than O(max_failed), the rollout halts and the host
-    is recorded C(not_reached).
+    is recorded C(not_reached). Its C(verdict) says what the restart entry does next; with
+    O(stage_only) an admitted host is recorded C(stage_only), and in check mode one whose deployment
+    still has parts only staging resolves (O(unresolved)) is recorded C(would_restart), in the same
+    call (each record in its own transaction, after the admit's).
   - O(action=record) records one phase transition of one host (see C(docs/rollout.md), "Phases of a
     host"); a transition the state machine does not allow fails the task. C(restarting) and
     C(serving_new)/C(rolled_back) take the controller's clock for the host's unavailability.
@@ -97,6 +100,20 @@ options:
   aborted_reason:
     description: O(action=close) only, why the run ended early, if it did.
     type: str
+  stage_only:
+    description: O(action=admit) only, this run only stages (C(rollout_stage_only)); an admitted host is
+      recorded C(stage_only) and the verdict is C(stage_only).
+    type: bool
+    default: false
+    version_added: "0.2.0"
+  unresolved:
+    description: O(action=admit) only, what the deployment contract cannot know before staging (its
+      C(unresolved)); in check mode a non-empty list records an admitted host C(would_restart) with the
+      message C(would restart <the list>), and the verdict is C(preview).
+    type: list
+    elements: str
+    default: []
+    version_added: "0.2.0"
 notes:
   - Supports check mode (it writes under C(<report_dir>/preview/) only).
 attributes:
@@ -149,6 +166,13 @@ admitted:
   description: The host may be touched (admit).
   returned: when action is admit
   type: bool
+verdict:
+  description: What to do with the host after admit (admit), C(halt) (not admitted), C(stage_only) or
+    C(preview) (recorded in this call), or C(go).
+  returned: when action is admit
+  type: str
+  sample: go
+  version_added: "0.2.0"
 announce:
   description: This host is the first to find the rollout halted; print the halt once (admit).
   returned: when action is admit

@@ -1,0 +1,94 @@
+# -*- coding: utf-8 -*-
+# Copyright: inkling.fleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Action plugin inkling.fleet.preflight_report: write a host's preflight report on the controller.
+
+Documentation: plugins/modules/preflight_report.py. One task for what was a ``file`` (the report
+directory, mode 0700) and a ``copy`` (the report, mode 0600) delegated to localhost: it runs on the
+controller, as the controller user (never with become), in check mode too (the report is an output).
+"""
+
+from __future__ import (absolute_import, division, print_function)
+__metaclass__ = type
+
+import os
+import stat
+import tempfile
+
+from ansible.plugins.action import ActionBase
+
+ARGUMENT_SPEC = {
+    'report_dir': {'type': 'path', 'required': True},
+    'host': {'type': 'str'},
+    'content': {'type': 'str', 'required': True},
+}
+
+DIR_MODE = 0o700    # reports name hosts, their GPUs and failures: the controller user's only
+FILE_MODE = 0o600
+
+
+class ReportError(Exception):
+    pass
+
+
+def make_report_dir(directory):
+    """Create ``directory`` (and each missing parent) with mode 0700, or set an existing one's mode
+    to 0700, as ansible.builtin.file state=directory mode=0700 does. Returns whether it changed."""
+    changed = False
+    missing = []
+    path = os.path.abspath(directory)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ReportError('%s is not a directory' % path)
+    for path in reversed(missing):
+        os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)
+        changed = True
+    if stat.S_IMODE(os.stat(directory).st_mode) != DIR_MODE:
+        os.chmod(directory, DIR_MODE)
+        changed = True
+    return changed
+
+
+def write_report(directory, host, content):
+    """Write ``<directory>/<host>.json`` (mode 0600): a new file renamed over the old one (which
+    replaces a link there, never its target). Returns (path, whether the directory changed)."""
+    if not host or os.sep in host or host in ('.', '..'):
+        raise ReportError('%r is not a host name a report file can be named after' % (host,))
+    changed = make_report_dir(directory)
+    path = os.path.join(directory, host + '.json')
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-')
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(content)
+        os.chmod(tmp, FILE_MODE)
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path, changed
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = args['host'] or (task_vars or {}).get('inventory_hostname')
+        try:
+            path, changed = write_report(args['report_dir'], host, args['content'])
+        except (ReportError, OSError) as exc:
+            result.update(failed=True, changed=False,
+                          msg='preflight report of %s: cannot write it under %s: %s. Remedy: set preflight_report_dir to '
+                              'a directory the controller user may write (not a file)' % (host, args['report_dir'], exc))
+            return result
+        # The directory made on a first run is a change; the report itself is not a change to the host.
+        result.update(changed=changed, path=path)
+        return result
