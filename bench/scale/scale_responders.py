@@ -533,12 +533,59 @@ def image_pin_result(ctx, args):
     return 0, dict(plan, changed=False, present=present, recorded=record)
 
 
-def image_prune_result(ctx, args):
+def _prune_images(ctx, args):
     kept = [{'id': hashlib.sha256(ref.encode()).hexdigest(), 'names': [ref.split('@')[0] + ':lab'],
              'reason': 'the target image' if args.get('target_digest') and ref.endswith(args['target_digest'])
              else 'rollback target'}
             for ref in ctx.state.get('images') or []]
     return 0, {'changed': False, 'removed': [], 'kept': kept}
+
+
+def image_prune_result(ctx, args):
+    """The prune (nothing to remove: the hosts hold the current and the previous image), and the auth file,
+    the mirror drop-in and the record as the module writes them (module_utils/image_host.py gives the content),
+    kept in the host's files."""
+    image_host = module_utils('image_host')
+    files = ctx.state.setdefault('files', {})
+    dirs = ctx.state.setdefault('dirs', [])
+    result = {'changed': False, 'removed': [], 'kept': []}
+
+    def put(path, content, mode):
+        changed = False
+        parent = os.path.dirname(path)
+        if parent not in dirs:
+            dirs.append(parent)
+            ctx.state.setdefault('dir_modes', {})[parent] = '0755'
+            changed = True
+        before = files.get(path)
+        if before is None or before['content'] != content or before.get('mode') != mode:
+            files[path] = {'content': content, 'mode': mode, 'mtime': round(time.time(), 6)}
+            changed = True
+        ctx.dirty = ctx.dirty or changed
+        result['changed'] = result['changed'] or changed
+        return {'path': path, 'changed': changed}
+
+    if args.get('registry_auth'):
+        result['auth_file'] = put(args['auth_file'], image_host.auth_content(args['registry_auth']), '0600')
+    if args.get('mirror_dropin'):
+        path = args['mirror_dropin']
+        if args.get('mirror_content'):
+            result['mirror_dropin'] = dict(put(path, args['mirror_content'], '0644'), state='file')
+        else:
+            changed = files.pop(path, None) is not None
+            ctx.dirty = ctx.dirty or changed
+            result['changed'] = result['changed'] or changed
+            result['mirror_dropin'] = {'path': path, 'state': 'absent', 'changed': changed}
+    if args.get('repositories'):
+        dummy, pruned = _prune_images(ctx, args)
+        result.update(removed=pruned['removed'], kept=pruned['kept'])
+    if args.get('record'):
+        result['record'] = put(args.get('record_path') or '/var/lib/inkling/image/resolved.json',
+                               image_host.nice_json(args['record']), '0644')
+    shown = invocation('image_prune', args)
+    shown['module_args']['registry_auth'] = [dict(cred, password=NO_LOG) for cred in args.get('registry_auth') or []]
+    result['invocation'] = shown
+    return 0, result
 
 
 def quadlet_unit_result(ctx, args):

@@ -20,15 +20,56 @@ description:
   - An image used by any container (running or stopped) is never removed; it is kept beyond
     O(keep) if need be.
   - Images of other repositories are never touched, nor images without a name.
+  - So that the M(inkling.fleet.image) role changes the host in one module run, it also writes, each
+    only when its options are given and in this order, the registry auth file O(auth_file) from
+    O(registry_auth) (containers-auth.json, owner root, mode C(0600), its directory mode C(0755); its
+    content never appears in the output, nor in the diff), the registries.conf drop-in O(mirror_dropin)
+    (mode C(0644); removed when O(mirror_content) is empty), then, after the prune, the pin record
+    O(record) (what M(inkling.fleet.image_pin) returns as RV(inkling.fleet.image_pin#module:record)) to
+    O(record_path) (mode C(0644), its directory mode C(0755)).
+  - Each file is changed only when its content, mode or owner differ; in diff mode the drop-in and the
+    record show their content, directories and a removal their state, as the builtin modules do.
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
+  registry_auth:
+    description:
+      - Registry credentials to write to O(auth_file); empty leaves O(auth_file) alone (not managed).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      registry:
+        description: Registry host (and port), as in the image references.
+        type: str
+        required: true
+      username:
+        description: User name.
+        type: str
+        required: true
+      password:
+        description: Password or token (never logged, a C(no_log) option).
+        type: str
+        required: true
+  auth_file:
+    description:
+      - The auth file every pull uses; required when O(registry_auth) is not empty.
+    type: path
+  mirror_dropin:
+    description:
+      - The registries.conf drop-in of site mirrors; omitted, the drop-in is not managed.
+    type: path
+  mirror_content:
+    description:
+      - The drop-in's content (the role renders its template on the controller); empty removes O(mirror_dropin).
+    type: str
+    default: ''
   repositories:
     description:
-      - Repositories (C(registry/path), no tag or digest) whose images are managed.
+      - Repositories (C(registry/path), no tag or digest) whose images are managed; omitted, nothing
+        is pruned (the files alone are written).
     type: list
     elements: str
-    required: true
   keep:
     description:
       - How many images of O(repositories) to keep, the target included (2 = current + previous).
@@ -36,8 +77,7 @@ options:
     default: 2
   target_digest:
     description:
-      - Digest of the image about to be pulled (kept if present). Omit when not yet known;
-        its slot is reserved anyway.
+      - Digest of the image about to be pulled (kept if present); its slot is reserved anyway.
     type: str
   protect:
     description:
@@ -45,9 +85,28 @@ options:
     type: list
     elements: str
     default: []
+  record:
+    description:
+      - The pin record to write to O(record_path); omitted, the record is not written.
+    type: dict
+  record_path:
+    description:
+      - Where the pin record is kept.
+    type: path
+    default: /var/lib/inkling/image/resolved.json
+  owner:
+    description:
+      - Owner of the files and directories written (the role keeps C(root)).
+    type: str
+    default: root
+  group:
+    description:
+      - Group of the files and directories written (the role keeps C(root)).
+    type: str
+    default: root
   executable:
     description:
-      - Podman executable.
+      - Podman executable (for the prune).
     type: str
     default: podman
 attributes:
@@ -56,9 +115,13 @@ attributes:
     support: full
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    support: full
+notes:
+  - The work is done by C(plugins/module_utils/image_host.py), the prune's decisions by
+    C(plugins/module_utils/image_ref.py).
 seealso:
   - module: inkling.fleet.image_pin
+  - module: inkling.fleet.registry_login
   - module: containers.podman.podman_prune
 '''
 
@@ -70,11 +133,31 @@ EXAMPLES = r'''
     keep: 2
     target_digest: "{{ pin.digest }}"
     protect: ["{{ pin.recorded.digest }}"]
+
+- name: Auth file, no mirror, prune to two images, record the pin
+  inkling.fleet.image_prune:
+    registry_auth:
+      - registry: quay.io
+        username: robot
+        password: "{{ vault_quay_password }}"
+    auth_file: /etc/inkling/registry-auth.json
+    mirror_dropin: /etc/containers/registries.conf.d/50-inkling-mirror.conf
+    mirror_content: ""
+    repositories: [quay.io/vllm/automation-vllm]
+    keep: 2
+    target_digest: "{{ pin.digest }}"
+    protect: ["{{ pin.recorded.digest }}"]
+    record: "{{ pin.record }}"
+    record_path: /var/lib/inkling/image/resolved.json
+
+- name: Record the pin once the image is on the host
+  inkling.fleet.image_prune:
+    record: "{{ pin.record }}"
 '''
 
 RETURN = r'''
 removed:
-  description: Images removed (or that would be removed in check mode).
+  description: Images removed (or that would be removed in check mode); empty without O(repositories).
   returned: success
   type: list
   elements: dict
@@ -85,60 +168,76 @@ kept:
   type: list
   elements: dict
   sample: [{"id": "5d2c...", "names": [], "reason": "rollback target"}]
+auth_file:
+  description: The auth file and whether it (or its directory) changed.
+  returned: when O(registry_auth) is not empty
+  type: dict
+  sample: {"path": "/etc/inkling/registry-auth.json", "changed": false}
+mirror_dropin:
+  description: The drop-in, its state (C(file) or C(absent)) and whether it changed.
+  returned: when O(mirror_dropin) is given
+  type: dict
+  sample: {"path": "/etc/containers/registries.conf.d/50-inkling-mirror.conf", "state": "absent", "changed": false}
+record:
+  description: The record file and whether it (or its directory) changed.
+  returned: when O(record) is given
+  type: dict
+  sample: {"path": "/var/lib/inkling/image/resolved.json", "changed": true}
 '''
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inkling.fleet.plugins.module_utils.image_ref import ImageRefError, select_prune, validate_digest
-
-
-def podman_json(module, executable, args):
-    rc, out, err = module.run_command([executable] + args)
-    if rc != 0:
-        module.fail_json(msg='image: `podman %s` failed (rc=%d): %s' % (' '.join(args), rc, err.strip()))
-    try:
-        return json.loads(out or '[]') or []
-    except ValueError as exc:
-        module.fail_json(msg='image: cannot parse the JSON of `podman %s`: %s' % (' '.join(args), exc))
+from ansible_collections.inkling.fleet.plugins.module_utils.image_host import (
+    ImageHostConfig, ImageHostError, check_prune_args)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            repositories=dict(type='list', elements='str', required=True),
+            registry_auth=dict(type='list', elements='dict', default=[], options=dict(
+                registry=dict(type='str', required=True),
+                username=dict(type='str', required=True),
+                password=dict(type='str', required=True, no_log=True),
+            )),
+            auth_file=dict(type='path'),
+            mirror_dropin=dict(type='path'),
+            mirror_content=dict(type='str', default=''),
+            repositories=dict(type='list', elements='str'),
             keep=dict(type='int', default=2),
             target_digest=dict(type='str'),
             protect=dict(type='list', elements='str', default=[]),
+            record=dict(type='dict'),
+            record_path=dict(type='path', default='/var/lib/inkling/image/resolved.json'),
+            owner=dict(type='str', default='root'),
+            group=dict(type='str', default='root'),
             executable=dict(type='str', default='podman'),
         ),
         supports_check_mode=True,
     )
-    params = module.params
-    if params['keep'] < 1:
-        module.fail_json(msg='image: keep must be at least 1 (the target image), got %d' % params['keep'])
+    p = module.params
+    if p['registry_auth'] and not p['auth_file']:
+        module.fail_json(msg='image: registry_auth needs auth_file')
+    problem = check_prune_args(p['keep'], [p['target_digest']] + p['protect']) if p['repositories'] else ''
+    if problem:
+        module.fail_json(msg=problem)
+    host = ImageHostConfig(module, owner=p['owner'], group=p['group'])
     try:
-        for digest in [params['target_digest']] + params['protect']:
-            if digest:
-                validate_digest(digest)
-    except ImageRefError as exc:
-        module.fail_json(msg='image: %s' % exc)
-
-    executable = module.get_bin_path(params['executable'], required=True)
-    images = podman_json(module, executable, ['images', '--format', 'json'])
-    containers = podman_json(module, executable, ['ps', '--all', '--format', 'json'])
-    in_use = [c.get('ImageID') for c in containers]
-    remove, kept = select_prune(images, params['repositories'], params['keep'],
-                                target_digest=params['target_digest'] or None,
-                                in_use_ids=in_use, protect_digests=[d for d in params['protect'] if d])
-    if remove and not module.check_mode:
-        for image in remove:
-            rc, dummy, err = module.run_command([executable, 'rmi', image['id']])
-            if rc != 0:
-                module.fail_json(msg='image: could not remove old image %s (%s): %s'
-                                 % (image['id'][:12], ', '.join(image['names']), err.strip()),
-                                 removed=remove[:remove.index(image)], kept=kept)
-    module.exit_json(changed=bool(remove), removed=remove, kept=kept)
+        if p['registry_auth']:
+            host.auth_file(p['auth_file'], p['registry_auth'])
+        if p['mirror_dropin']:
+            host.mirror_dropin(p['mirror_dropin'], p['mirror_content'])
+        if p['repositories']:
+            host.prune(module.get_bin_path(p['executable'], required=True), p['repositories'], p['keep'],
+                       target_digest=p['target_digest'], protect=p['protect'])
+        if p['record']:
+            host.record(p['record_path'], p['record'])
+    except (ImageHostError, IOError, OSError) as exc:
+        module.fail_json(msg=str(exc), changed=host.changed, **host.report)
+    result = dict(host.report, changed=host.changed)
+    result.setdefault('removed', [])
+    result.setdefault('kept', [])
+    if module._diff:
+        result['diff'] = host.diff
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':
