@@ -604,7 +604,7 @@ def quadlet_unit_result(ctx, args):
                 comments=args.get('comments') or [], podman_path=args.get('podman_path') or '/usr/bin/podman',
                 quadlet_options=args.get('quadlet_options') or [])
     name = spec['name']
-    result = {'changed': False, 'unit_name': name + '.service', 'backup': None, 'unit_type': 'quadlet',
+    result = {'changed': False, 'unit_name': name + '.service', 'backup': None, 'unit_type': 'quadlet', 'reloaded': False,
               'secret_args': ['--secret=%s' % lint.secret_arg(sec) for sec in spec['secrets']],
               'podman_version': lint.version_str(version)}
     content = lint.render_quadlet(spec, podman_version=version)
@@ -632,6 +632,42 @@ def quadlet_unit_result(ctx, args):
         ctx.state['unit_generated'] = result['generated']
         ctx.dirty = True
         result['changed'] = True
+        # daemon-reload (daemon_reload), then `systemctl cat` (check_loaded) finds the unit just written
+        result['reloaded'] = bool(args.get('daemon_reload'))
+    return 0, result
+
+
+def service_host_result(ctx, args):
+    """The image and the snapshot as the host holds them; when both are there, the cache set made as
+    compile_cache (state present) makes it and the backup directory as file (state directory) does (in check
+    mode, what would be made, whatever is missing)."""
+    path = '%s/models--%s/snapshots/%s/config.json' % (
+        args['hub_cache_dir'].rstrip('/'), args['repo_id'].replace('/', '--'), args['revision'])
+    result = {'changed': False, 'created': [], 'fixed': [], 'prepared': False, 'snapshot_path': path,
+              'image_present': args['image'] in (ctx.state.get('images') or []),
+              'snapshot_present': _snapshot_link(ctx, path) is not None or _file_entry(ctx, path) is not None}
+    check_mode = bool(args.get('_ansible_check_mode'))
+    if not check_mode and not (result['image_present'] and result['snapshot_present']):
+        return 0, result
+    cache_dir, backup_dir = args['cache_dir'], args.get('backup_dir')
+    if check_mode:
+        created = [] if cache_dir in (ctx.state.get('cache_sets') or {}) else (
+            [cache_dir] + ['%s/%s' % (cache_dir, s) for s in args.get('subdirs') or []])
+        fixed = []
+        if backup_dir and backup_dir not in (ctx.state.get('dirs') or []):
+            created.append(backup_dir)
+        elif backup_dir and entry_mode(ctx, backup_dir) != '0750':
+            fixed.append(backup_dir)
+    else:
+        dummy, cache = compile_cache_result(ctx, {'state': 'present', 'cache_dir': cache_dir,
+                                                  'subdirs': args.get('subdirs') or []})
+        created, fixed = list(cache['created']), []
+        if backup_dir:
+            new = backup_dir not in (ctx.state.get('dirs') or [])
+            dummy, made = file_result(ctx, {'path': backup_dir, 'state': 'directory', 'mode': '0750'})
+            if made['changed']:
+                (created if new else fixed).append(backup_dir)
+    result.update(changed=bool(created or fixed), created=created, fixed=fixed, prepared=True)
     return 0, result
 
 
@@ -882,6 +918,7 @@ RESPONDERS = {
     'image_prune': image_prune_result,
     'image_trial': image_trial_result,
     'quadlet_unit': quadlet_unit_result,
+    'service_host': service_host_result,
     'compile_cache': compile_cache_result,
     'page_cache_warm': page_cache_warm_result,
     'vllm_gate': vllm_gate_result,

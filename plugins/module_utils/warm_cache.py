@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Warm restarts: the compile cache key, cache manifests and seeding checks, cache pruning and
 the page-cache warm-up decision. Pure functions (docs/warm-restarts.md); the modules
-compile_cache and page_cache_warm and the filter plugin warm_cache call them.
+compile_cache and page_cache_warm and the filter plugin warm_cache call them; ``make_set`` (which
+creates a set) also service_host.
 
 A compile cache set lives in ``<cache_root>/<variant>/<digest hex>/`` (the service role's
 layout, one subdirectory per cache: vllm/, triton/, ...). Its key is written next to the
@@ -180,6 +181,75 @@ def set_is_empty(cache_dir, subdirs):
             finally:
                 os.close(fd)
     return True
+
+
+class NotUnderRoot(ValueError):
+    """A cache set that is not below the cache root it was given with."""
+
+
+def fix_dir(fd):
+    """Owner root:root and mode 0750 on an open directory; True when something was changed."""
+    st = os.fstat(fd)
+    if (st.st_mode & 0o7777) == 0o750 and st.st_uid == 0 and st.st_gid == 0:
+        return False
+    os.fchown(fd, 0, 0)
+    os.fchmod(fd, 0o750)
+    return True
+
+
+def make_set(cache_dir, subdirs, cache_root=None, check_mode=False):
+    """The set ``cache_dir``, its subdirectories and the directories above it up to ``cache_root``:
+    root-owned, 0750. Returns (created, fixed) paths; in check mode what would be. Inside the set, which
+    the container writes, nothing is followed (a subdirectory that is a link: nofollow.LinkRefused)."""
+    paths = []
+    if cache_root:
+        root = os.path.normpath(cache_root)
+        rel = os.path.relpath(os.path.normpath(cache_dir), root)
+        if rel.startswith('..'):
+            raise NotUnderRoot('%s is not under cache_root %s' % (cache_dir, root))
+        paths.append(root)
+        for part in rel.split(os.sep):
+            paths.append(os.path.join(paths[-1], part))
+    else:
+        paths.append(cache_dir)
+    created, fixed = [], []
+    # Down to the set: directories the container cannot reach (the set is what it mounts).
+    for path in paths:
+        if not os.path.isdir(path):
+            created.append(path)
+            if not check_mode:
+                os.mkdir(path, 0o750)
+                os.chown(path, 0, 0)
+                os.chmod(path, 0o750)
+            continue
+        st = os.stat(path)
+        if (st.st_mode & 0o7777) != 0o750 or st.st_uid != 0 or st.st_gid != 0:
+            fixed.append(path)
+            if not check_mode:
+                os.chown(path, 0, 0)
+                os.chmod(path, 0o750)
+    # Inside the set, written by the container: never through a link.
+    subs = [os.path.join(cache_dir, sub) for sub in subdirs]
+    if check_mode and not os.path.isdir(cache_dir):
+        return created + subs, fixed
+    with nofollow.opened_dir(cache_dir) as top:
+        for sub, path in zip(subdirs, subs):
+            if check_mode:
+                if not nofollow.lexists(sub, top):
+                    created.append(path)
+                    continue
+                with nofollow.opened_dir(sub, dir_fd=top, shown=path) as fd:
+                    st = os.fstat(fd)
+                if (st.st_mode & 0o7777) != 0o750 or st.st_uid != 0 or st.st_gid != 0:
+                    fixed.append(path)
+                continue
+            fd, new = nofollow.make_dir(sub, top, 0o750, shown=path)
+            try:
+                if fix_dir(fd) or new:
+                    (created if new else fixed).append(path)
+            finally:
+                os.close(fd)
+    return created, fixed
 
 
 def prune_plan(present, keep):

@@ -292,67 +292,12 @@ def empty_subdirs(cache_dir, subdirs):
                 nofollow.empty_dir(fd)
 
 
-def fix_dir(fd):
-    """Owner root:root and mode 0750 on an open directory; True when something was changed."""
-    st = os.fstat(fd)
-    if (st.st_mode & 0o7777) == 0o750 and st.st_uid == 0 and st.st_gid == 0:
-        return False
-    os.fchown(fd, 0, 0)
-    os.fchmod(fd, 0o750)
-    return True
-
-
 def present(module, p):
     """The set, its subdirectories and the directories above it up to cache_root: root-owned, 0750."""
-    paths = []
-    if p['cache_root']:
-        root = os.path.normpath(p['cache_root'])
-        rel = os.path.relpath(os.path.normpath(p['cache_dir']), root)
-        if rel.startswith('..'):
-            module.fail_json(msg='compile_cache: %s is not under cache_root %s' % (p['cache_dir'], root))
-        paths.append(root)
-        for part in rel.split(os.sep):
-            paths.append(os.path.join(paths[-1], part))
-    else:
-        paths.append(p['cache_dir'])
-    created, fixed = [], []
-    # Down to the set: directories the container cannot reach (the set is what it mounts).
-    for path in paths:
-        if not os.path.isdir(path):
-            created.append(path)
-            if not module.check_mode:
-                os.mkdir(path, 0o750)
-                os.chown(path, 0, 0)
-                os.chmod(path, 0o750)
-            continue
-        st = os.stat(path)
-        if (st.st_mode & 0o7777) != 0o750 or st.st_uid != 0 or st.st_gid != 0:
-            fixed.append(path)
-            if not module.check_mode:
-                os.chown(path, 0, 0)
-                os.chmod(path, 0o750)
-    # Inside the set, written by the container: never through a link.
-    subs = [os.path.join(p['cache_dir'], sub) for sub in p['subdirs']]
-    if module.check_mode and not os.path.isdir(p['cache_dir']):
-        created += subs
-    else:
-        with nofollow.opened_dir(p['cache_dir']) as top:
-            for sub, path in zip(p['subdirs'], subs):
-                if module.check_mode:
-                    if not nofollow.lexists(sub, top):
-                        created.append(path)
-                        continue
-                    with nofollow.opened_dir(sub, dir_fd=top, shown=path) as fd:
-                        st = os.fstat(fd)
-                    if (st.st_mode & 0o7777) != 0o750 or st.st_uid != 0 or st.st_gid != 0:
-                        fixed.append(path)
-                    continue
-                fd, new = nofollow.make_dir(sub, top, 0o750, shown=path)
-                try:
-                    if fix_dir(fd) or new:
-                        (created if new else fixed).append(path)
-                finally:
-                    os.close(fd)
+    try:
+        created, fixed = wc.make_set(p['cache_dir'], p['subdirs'], p['cache_root'], module.check_mode)
+    except wc.NotUnderRoot as exc:
+        module.fail_json(msg='compile_cache: %s' % exc)
     module.exit_json(changed=bool(created or fixed), created=created, fixed=fixed,
                      reason='created %d, owner or mode set on %d director(ies)' % (len(created), len(fixed)))
 

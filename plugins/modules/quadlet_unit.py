@@ -24,9 +24,13 @@ description:
     error, then C(systemd-analyze verify) on the generated service.
   - Installs the file only when its content differs, keeping the previous content at
     O(backup_path) so a rollout can put it back. Returns a diff for C(--diff).
-  - Does not reload systemd or restart anything; the role does that, or the rollout play.
+  - Restarts nothing. With O(daemon_reload), runs C(systemctl daemon-reload) after it changed the unit, so that
+    systemd (and the quadlet generator) sees the new one; with O(check_loaded), then checks that systemd knows
+    RV(unit_name) (C(systemctl cat)) and fails naming the quadlet generator when it does not (F13, a unit
+    silently missing).
   - In check mode every check runs (they only write to a private temporary directory) and
-    nothing is installed.
+    nothing is installed or reloaded; O(check_loaded) runs only when the unit would not change (systemd
+    cannot know a unit that is not installed yet).
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
@@ -207,6 +211,20 @@ options:
     description: Mode of the installed unit file.
     type: raw
     default: '0644'
+  daemon_reload:
+    description: Run C(systemctl daemon-reload) when the unit changed (never in check mode).
+    type: bool
+    default: false
+    version_added: "0.2.0"
+  check_loaded:
+    description:
+      - Fail unless systemd knows RV(unit_name) once the unit is installed (and reloaded, with O(daemon_reload)),
+        that is unless C(systemctl cat) finds it. Skipped in check mode when the unit would change.
+      - The unit stays installed when this fails (it passed every check before); the message names the quadlet
+        generator's log.
+    type: bool
+    default: false
+    version_added: "0.2.0"
 notes:
   - Why not C(containers.podman.podman_container) with C(state=quadlet)? In 1.18.0 it writes the file in
     place before any check (so a bad key replaces a good unit), has no plain-unit fallback for podman < 4.4,
@@ -239,6 +257,8 @@ EXAMPLES = r'''
     stop_timeout_s: 120
     model_params_b: 975
     backup_path: /var/lib/inkling/service/inkling-vllm.previous
+    daemon_reload: true
+    check_loaded: true
   register: unit
 '''
 
@@ -276,6 +296,11 @@ backup:
   description: Path holding the previous content when this run replaced the unit, else null.
   returned: always
   type: str
+reloaded:
+  description: Whether this run ran C(systemctl daemon-reload).
+  returned: always
+  type: bool
+  version_added: "0.2.0"
 podman_version:
   description: The installed podman version.
   returned: always
@@ -352,12 +377,14 @@ def main():
             quadlet_path=dict(type='path'),
             verify=dict(type='bool', default=True),
             mode=dict(type='raw', default='0644'),
+            daemon_reload=dict(type='bool', default=False),
+            check_loaded=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     name = p['name']
-    result = dict(changed=False, unit_name=name + '.service', backup=None,
+    result = dict(changed=False, unit_name=name + '.service', backup=None, reloaded=False,
                   secret_args=['--secret=%s' % unit_lint.secret_arg(sec) for sec in p['secrets']])
 
     # What podman is installed, and does it have quadlet?
@@ -478,7 +505,32 @@ def main():
             module.fail_json(msg='cannot install %s: %s' % (path, to_native(exc)), **result)
     elif not module.check_mode and os.path.exists(path):
         result['changed'] = module.set_mode_if_different(path, p['mode'], False)
+    systemd(module, p, result)
     module.exit_json(**result)
+
+
+def systemd(module, p, result):
+    """daemon-reload after a change, then the check that systemd knows the unit (options daemon_reload and
+    check_loaded). In check mode nothing is reloaded, and a unit that would change is not asked about (it is
+    not installed)."""
+    if module.check_mode and (result['changed'] or not p['check_loaded']):
+        return
+    if not (p['check_loaded'] or (p['daemon_reload'] and result['changed'])):
+        return
+    systemctl = module.get_bin_path('systemctl', required=True)
+    if p['daemon_reload'] and result['changed']:
+        rc, out, err = module.run_command([systemctl, 'daemon-reload'])
+        if rc != 0:
+            module.fail_json(msg='%s installed but systemctl daemon-reload failed (rc=%d): %s'
+                                 % (result['path'], rc, (err or out).strip()), **result)
+        result['reloaded'] = True
+    if p['check_loaded']:
+        rc, dummy, err = module.run_command([systemctl, 'cat', result['unit_name']])
+        if rc != 0:
+            module.fail_json(msg='%s installed but systemd has no %s after daemon-reload (%s). Check the quadlet '
+                                 'generator (journalctl -b | grep quadlet) for podman %s (F13).'
+                                 % (result['path'], result['unit_name'], (err or '').strip(),
+                                    result['podman_version']), **result)
 
 
 if __name__ == '__main__':

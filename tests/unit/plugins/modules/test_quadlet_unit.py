@@ -166,3 +166,75 @@ def test_quadlet_requested_without_quadlet(env):
 def test_podman_missing(env):
     rc, res = run(env, podman_path=str(env['tmp'] / 'nope'))
     assert rc == 1
+
+
+# --- daemon_reload and check_loaded: the reload and `systemctl cat` the role ran as tasks before ------------
+
+FAKE_SYSTEMCTL = textwrap.dedent('''\
+    #!/bin/sh
+    # Fake systemctl: logs its calls; `cat` finds a unit whose file is in $FAKE_UNIT_DIR (quadlet: its .container).
+    echo "$@" >> "$FAKE_SYSTEMCTL_LOG"
+    case "$1" in
+      daemon-reload) exit "${FAKE_RELOAD_RC:-0}" ;;
+      cat)
+        n=$(basename "$2" .service)
+        if [ -z "$FAKE_CAT_MISSING" ] && ls "$FAKE_UNIT_DIR/$n".* >/dev/null 2>&1; then echo "# $2"; exit 0; fi
+        echo "No files found for $2." >&2; exit 1 ;;
+    esac
+    exit 1
+    ''')
+
+
+def run_systemd(ctx, check_mode=False, **over):
+    """run() with a fake systemctl first on PATH: (rc, result, the systemctl calls)."""
+    bindir = ctx['tmp'] / 'sbin'
+    bindir.mkdir(exist_ok=True)
+    _exe(bindir / 'systemctl', FAKE_SYSTEMCTL)
+    log = ctx['tmp'] / 'systemctl.log'
+    if log.exists():
+        log.unlink()
+    env = {'FAKE_PODMAN_VERSION': '5.4.2', 'PATH': str(bindir) + os.pathsep + os.environ['PATH'],
+           'FAKE_SYSTEMCTL_LOG': str(log), 'FAKE_UNIT_DIR': ctx['qdir']}
+    env.update(over.pop('env_extra', {}))
+    rc, res = run_module('quadlet_unit', args(ctx, **dict({'daemon_reload': True, 'check_loaded': True}, **over)),
+                         tmp_path=ctx['tmp'], check_mode=check_mode, env=env)
+    return rc, res, log.read_text().splitlines() if log.exists() else []
+
+
+def test_reload_after_a_change_then_systemd_knows_the_unit(env):
+    rc, res, calls = run_systemd(env)
+    assert rc == 0, res
+    assert res['changed'] and res['reloaded'] and calls == ['daemon-reload', 'cat inkling-vllm.service']
+    # unchanged: no reload, the check all the same
+    rc, res, calls = run_systemd(env)
+    assert rc == 0 and not res['changed'] and not res['reloaded'] and calls == ['cat inkling-vllm.service']
+
+
+def test_check_mode_never_reloads(env):
+    # a unit that would change is not installed: systemd cannot know it, nothing is asked
+    rc, res, calls = run_systemd(env, check_mode=True)
+    assert rc == 0 and res['changed'] and not res['reloaded'] and calls == []
+    run_systemd(env)
+    # unchanged in check mode: systemd must know it
+    rc, res, calls = run_systemd(env, check_mode=True)
+    assert rc == 0 and not res['changed'] and calls == ['cat inkling-vllm.service']
+
+
+def test_a_unit_systemd_does_not_know_fails_naming_the_generator(env):
+    rc, res, calls = run_systemd(env, env_extra={'FAKE_CAT_MISSING': '1'})
+    path = os.path.join(env['qdir'], 'inkling-vllm.container')
+    assert rc == 1 and res['changed'] and calls == ['daemon-reload', 'cat inkling-vllm.service']
+    assert res['msg'] == ('%s installed but systemd has no inkling-vllm.service after daemon-reload (No files found '
+                          'for inkling-vllm.service.). Check the quadlet generator (journalctl -b | grep quadlet) for '
+                          'podman 5.4.2 (F13).' % path)
+    assert os.path.exists(path)
+
+
+def test_a_failed_reload_fails(env):
+    rc, res, calls = run_systemd(env, env_extra={'FAKE_RELOAD_RC': '1'})
+    assert rc == 1 and calls == ['daemon-reload'] and 'systemctl daemon-reload failed (rc=1)' in res['msg']
+
+
+def test_without_the_options_systemd_is_not_asked(env):
+    rc, res, calls = run_systemd(env, daemon_reload=False, check_loaded=False)
+    assert rc == 0 and res['changed'] and not res['reloaded'] and calls == []
