@@ -2,7 +2,8 @@
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
 """What the restart decision reads from a host in one round trip: the checksum of the service's unit
-file and whether the service is active (``systemctl is-active``). Read-only.
+file, whether the service is active (``systemctl is-active``) and, when asked, the rollout's state
+file (what the host serves). Read-only.
 
 ``UnitState`` takes the AnsibleModule (for ``get_bin_path``, ``run_command`` and ``digest_from_file``);
 ``checksum_of`` and ``is_active`` are the pure parts, tested without a host.
@@ -11,8 +12,11 @@ file and whether the service is active (``systemctl is-active``). Read-only.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
+import json
 import os
 import stat
+
+from ansible_collections.inkling.fleet.plugins.module_utils.nofollow import read_small
 
 
 def checksum_of(path, digest):
@@ -34,6 +38,36 @@ def is_active(stdout):
     return state, state == 'active'
 
 
+def parse_state(raw, path):
+    """The rollout state file's record: {} for an absent file (a host never rolled out), the JSON
+    object otherwise. Raises ValueError naming the file when it holds anything else."""
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw.decode('utf-8'))
+    except ValueError as exc:
+        raise ValueError('%s is not the JSON the rollout writes (%s). Remedy: remove it and roll the host '
+                         'out again; it is rewritten after the next passed gate' % (path, exc))
+    if not isinstance(data, dict):
+        raise ValueError('%s holds a JSON %s, expected the object the rollout writes. Remedy: remove it and '
+                         'roll the host out again' % (path, type(data).__name__))
+    return data
+
+
+def read_state(path):
+    """The state file at ``path`` read without following a link in its last component (a link or a
+    non-file reads as absent), parsed by ``parse_state``."""
+    directory, name = os.path.split(path)
+    try:
+        fd = os.open(directory or '.', os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return {}
+    try:
+        return parse_state(read_small(name, fd), path)
+    finally:
+        os.close(fd)
+
+
 class UnitState(object):
     """Reads one unit's checksum and its service's state."""
 
@@ -51,6 +85,9 @@ class UnitState(object):
         _rc, out, _err = self.module.run_command([systemctl, 'is-active', unit], environ_update={'LC_ALL': 'C'})
         return is_active(out)
 
-    def read(self, unit_path, unit):
+    def read(self, unit_path, unit, state_file=None):
         state, active = self.active_state(unit)
-        return {'unit_checksum': self.checksum(unit_path), 'active_state': state, 'active': active}
+        result = {'unit_checksum': self.checksum(unit_path), 'active_state': state, 'active': active}
+        if state_file:
+            result['state'] = read_state(state_file)
+        return result

@@ -18,6 +18,8 @@ description:
     not followed through a link); the empty string when there is none.
   - The answer of C(systemctl is-active) for the unit; the empty string and C(active=false) when the host
     has no systemctl.
+  - With O(state_file), also the rollout's state file (what the host serves), for a restart entry point
+    run without the preflight entry point before it in the same play.
   - Changes nothing.
 author:
   - inkling.fleet contributors (@inkling-fleet)
@@ -30,6 +32,11 @@ options:
     description: The systemd unit asked with C(systemctl is-active).
     type: str
     required: true
+  state_file:
+    description:
+      - The rollout's state file, read without following a link (a link or an absent file reads as C({})).
+      - Omitted, it is not read and RV(state) is not returned.
+    type: path
 notes:
   - Supports check mode; the module never changes the host.
 seealso:
@@ -70,6 +77,11 @@ active:
   description: The service is active.
   returned: always
   type: bool
+state:
+  description: The state file's record (image, revision, variant, unit checksum...); C({}) when there is none.
+  returned: when O(state_file) is set
+  type: dict
+  sample: {"variant": "sm90-patched", "revision": "0123456789abcdef0123456789abcdef01234567"}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -81,10 +93,14 @@ def main():
         argument_spec=dict(
             unit_path=dict(type='path', required=True),
             unit=dict(type='str', required=True),
+            state_file=dict(type='path'),
         ),
         supports_check_mode=True,
     )
-    result = UnitState(module).read(module.params['unit_path'], module.params['unit'])
+    try:
+        result = UnitState(module).read(module.params['unit_path'], module.params['unit'], module.params['state_file'])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 
 

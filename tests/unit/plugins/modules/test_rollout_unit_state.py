@@ -84,3 +84,37 @@ class NoSystemctl(object):
 
 def test_a_host_without_systemctl_is_not_active(tmp_path):
     assert us.UnitState(NoSystemctl()).active_state('inkling-vllm.service') == ('', False)
+
+
+def test_reads_the_state_file_when_asked(tmp_path):
+    """The restart entry point used without the preflight entry point reads what the host serves here."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    fake_systemctl(bin_dir, 'active', 0)
+    state = tmp_path / 'state.json'
+    state.write_text('{"variant": "sm90-patched", "revision": "%s", "analysis": {"ok": true}}' % ('0' * 40))
+    args = {'unit_path': str(tmp_path / 'absent.container'), 'unit': 'inkling-vllm.service'}
+    env = {'PATH': '%s:/usr/bin:/bin' % bin_dir}
+    rc, out = run_module('rollout_unit_state', dict(args, state_file=str(state)), env=env, tmp_path=tmp_path)
+    assert rc == 0, out
+    assert out['state'] == {'variant': 'sm90-patched', 'revision': '0' * 40, 'analysis': {'ok': True}}
+    rc, out = run_module('rollout_unit_state', args, env=env, tmp_path=tmp_path)
+    assert rc == 0 and 'state' not in out, out
+    rc, out = run_module('rollout_unit_state', dict(args, state_file=str(tmp_path / 'none.json')), env=env,
+                         tmp_path=tmp_path)
+    assert rc == 0 and out['state'] == {}, out
+    state.write_text('{"variant": ')
+    rc, out = run_module('rollout_unit_state', dict(args, state_file=str(state)), env=env, tmp_path=tmp_path)
+    assert rc != 0 and str(state) in out['msg'] and 'Remedy' in out['msg'], out
+
+
+def test_read_state_never_follows_a_link(tmp_path):
+    target = tmp_path / 'elsewhere.json'
+    target.write_text('{"variant": "planted"}')
+    link = tmp_path / 'state.json'
+    link.symlink_to(target)
+    assert us.read_state(str(link)) == {}
+    assert us.read_state(str(target)) == {'variant': 'planted'}
+    assert us.read_state(str(tmp_path / 'no' / 'state.json')) == {}
+    with pytest.raises(ValueError, match='expected the object'):
+        us.parse_state(b'[1, 2]', '/var/lib/inkling/rollout-state.json')
