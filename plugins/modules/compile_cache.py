@@ -116,13 +116,8 @@ options:
     type: list
     elements: list
     default: []
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 seealso:
   - name: docs/warm-restarts.md
     description: Which caches are shared, the key, how to turn seeding off.

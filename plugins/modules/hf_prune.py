@@ -44,13 +44,8 @@ options:
     type: list
     elements: str
     required: true
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_full
 '''
 
 EXAMPLES = r'''

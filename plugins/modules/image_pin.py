@@ -49,13 +49,8 @@ options:
       - Podman executable, used to check whether the pinned image is in local storage.
     type: str
     default: podman
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 notes:
   - Pure decisions live in C(plugins/module_utils/image_ref.py).
 seealso:

@@ -109,13 +109,8 @@ options:
       - Podman executable (for the prune).
     type: str
     default: podman
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_full
 notes:
   - The work is done by C(plugins/module_utils/image_host.py), the prune's decisions by
     C(plugins/module_utils/image_ref.py).

@@ -48,13 +48,8 @@ options:
       - Whether to collect NVLink and topology facts (C(nvlink -s), C(topo -m), lspci).
     type: bool
     default: true
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 notes:
   - The module only reads. It is safe to run in check mode.
 seealso:

@@ -52,13 +52,8 @@ options:
     description: Where to read the memory figures (tests point it at a file).
     type: path
     default: /proc/meminfo
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 '''
 
 EXAMPLES = r'''

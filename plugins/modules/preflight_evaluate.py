@@ -164,13 +164,8 @@ notes:
   - Supports check mode.
 seealso:
   - module: inkling.fleet.preflight_host_facts
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 '''
 
 EXAMPLES = r'''

@@ -116,13 +116,8 @@ options:
     version_added: "0.2.0"
 notes:
   - Supports check mode (it writes under C(<report_dir>/preview/) only).
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 '''
 
 EXAMPLES = r'''

@@ -62,13 +62,8 @@ options:
     description: The podman executable.
     type: str
     default: podman
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 seealso:
   - module: inkling.fleet.compile_cache
   - module: inkling.fleet.quadlet_unit
