@@ -138,9 +138,10 @@ EXAMPLES = r'''
     cache_dir: "{{ service_cache_set.dir }}"
     subdirs: "{{ service_cache_set.subdirs }}"
     key: "{{ my_key }}"
-    manifest: "{{ hostvars[source].__rollout_cache_seed.files }}"
-    source_url: "{{ hostvars[source].__rollout_cache_seed.url }}"
-    token: "{{ hostvars[source].__rollout_cache_seed.token }}"
+    # what the canary's task with state=served registered as `served`, and the token it was given
+    manifest: "{{ hostvars[source].served.files }}"
+    source_url: "{{ hostvars[source].served.url }}"
+    token: "{{ seed_token }}"
 
 - name: Serve the canary's caches read-only to the fleet for two hours
   inkling.fleet.compile_cache:

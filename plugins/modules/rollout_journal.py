@@ -71,12 +71,12 @@ options:
   failure_var:
     description: O(action=open) only, the host fact set when a host failed preflight (a message or a dict with C(message)).
     type: str
-    default: __rollout_preflight_failure
+    default: rollout_preflight_failure
   current_var:
     description: O(action=open) only, the host fact holding what the host serves now (its rollout_state_file), shown for hosts
       that are not restarted.
     type: str
-    default: __rollout_current
+    default: rollout_serving
   min_healthy:
     description: O(action=open) only, the run halts before anything changes when fewer hosts passed preflight.
     type: int

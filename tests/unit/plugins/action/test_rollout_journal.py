@@ -37,7 +37,7 @@ PLAY = '''- name: A rollout in miniature
 
     - name: Failure
       ansible.builtin.set_fact:
-        __rollout_preflight_failure: {{message: "GPU 7 missing"}}
+        rollout_preflight_failure: {{message: "GPU 7 missing"}}
       when: inventory_hostname in {failed}
 
     - name: Open

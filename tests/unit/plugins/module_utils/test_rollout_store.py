@@ -411,7 +411,7 @@ def fixture_hostvars():
     with open(FIXTURE_V2) as f:
         journal = json.load(f)
     hostvars = dict((h, {'rollout_deployment': rec['target']}) for h, rec in journal['hosts'].items() if rec.get('target'))
-    hostvars['gpu-04'] = {'__rollout_preflight_failure': {'message': 'nvidia-smi: GPU 7 missing'}}
+    hostvars['gpu-04'] = {'rollout_preflight_failure': {'message': 'nvidia-smi: GPU 7 missing'}}
     return journal, hostvars
 
 
