@@ -12,8 +12,8 @@ __metaclass__ = type
 import json
 
 from ansible.module_utils.urls import open_url
-from ansible.plugins.action import ActionBase
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_fanout
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 ARGUMENT_SPEC = {
     'endpoint': {'type': 'str', 'required': True},
@@ -26,14 +26,11 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _requires_connection = False
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def run_action(self, result, args, task_vars):
         url = '%s/api/models/%s/revision/%s?blobs=true' % (
             args['endpoint'].rstrip('/'), args['repo_id'], args['revision'])
         headers = {'Authorization': 'Bearer %s' % args['token']} if args['token'] else {}

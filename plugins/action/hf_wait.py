@@ -16,9 +16,9 @@ import shlex
 import time
 
 from ansible.errors import AnsibleConnectionFailure
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_wait
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 display = Display()
 
@@ -56,9 +56,9 @@ def split_files(stdout, count):
     return [None if c.strip() == MISSING else c for c in chunks]
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _requires_connection = True
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def _results_file(self, job):
         if job.get('results_file'):
@@ -66,10 +66,7 @@ class ActionModule(ActionBase):
         async_dir = self._remote_expand_user(self.get_shell_option('async_dir', default='~/.ansible_async'))
         return self._connection._shell.join_path(async_dir, job['ansible_job_id'])
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def run_action(self, result, args, task_vars):
         job = args['job']
         if not job.get('ansible_job_id'):
             result.update(failed=True, msg='job must be the registered result of an async task with poll: 0 '
@@ -79,7 +76,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg='interval_s and timeout_s must be >= 0 and poll_s > 0, got %s, %s, %s'
                           % (args['interval_s'], args['timeout_s'], args['poll_s']))
             return result
-        host = (task_vars or {}).get('inventory_hostname', 'this host')
+        host = task_vars.get('inventory_hostname', 'this host')
         command = read_files_command([args['progress_file'], self._results_file(job)])
 
         lost = {}

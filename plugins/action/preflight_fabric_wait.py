@@ -13,9 +13,9 @@ __metaclass__ = type
 
 import time
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.inkling.fleet.plugins.module_utils.preflight_checks import wait_for_fabric
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 display = Display()
 
@@ -26,19 +26,16 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _requires_connection = True
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def run_action(self, result, args, task_vars):
         if args['wait_s'] < 0 or args['poll_s'] < 1:
             result.update(failed=True, msg='wait_s must be >= 0 and poll_s >= 1, got wait_s=%s poll_s=%s'
                           % (args['wait_s'], args['poll_s']))
             return result
-        host = (task_vars or {}).get('inventory_hostname', 'this host')
+        host = task_vars.get('inventory_hostname', 'this host')
 
         def poll():
             res = self._execute_module(

@@ -15,7 +15,7 @@ import os
 import stat
 import tempfile
 
-from ansible.plugins.action import ActionBase
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 ARGUMENT_SPEC = {
     'report_dir': {'type': 'path', 'required': True},
@@ -72,16 +72,13 @@ def write_report(directory, host, content):
     return path, changed
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _requires_connection = False
     _supports_check_mode = True
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        host = args['host'] or (task_vars or {}).get('inventory_hostname')
+    def run_action(self, result, args, task_vars):
+        host = args['host'] or task_vars.get('inventory_hostname')
         try:
             path, changed = write_report(args['report_dir'], host, args['content'])
         except (ReportError, OSError) as exc:

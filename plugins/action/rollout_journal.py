@@ -29,9 +29,9 @@ import socket
 import tempfile
 import time
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_store as store_mod
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 ARGUMENT_SPEC = dict(
     action=dict(type='str', required=True, choices=['open', 'record', 'step', 'admit', 'close', 'read']),
@@ -128,16 +128,12 @@ def _refusal(e):
                                          os.path.dirname(e.path)))
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _requires_connection = False
     _supports_check_mode = True
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        task_vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def run_action(self, result, args, task_vars):
         check_mode = bool(self._task.check_mode)
         base = args['report_dir']
         directory = os.path.join(base, 'preview') if check_mode else base

@@ -13,9 +13,9 @@ import os
 import yaml
 
 from ansible import context
-from ansible.plugins.action import ActionBase
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_validate as checks
 from ansible_collections.inkling.fleet.plugins.module_utils import variant as variants
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 ARGUMENT_SPEC = dict(
     pattern=dict(type='str', required=True),
@@ -60,16 +60,12 @@ def _get(hv, name):
         return True, None, str(getattr(e, 'message', e)).splitlines()[0]
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _requires_connection = False
     _supports_check_mode = True
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        task_vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+    def run_action(self, result, args, task_vars):
         play_hosts = task_vars.get('ansible_play_hosts_all') or []
         groups = task_vars.get('groups') or {}
         run_problems, targets = checks.check_run(

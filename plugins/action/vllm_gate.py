@@ -12,22 +12,18 @@ loop is bounded: the module fails at ``timeout_s`` like a single run would.
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 display = Display()
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(InklingAction):
     _supports_check_mode = True
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        args = dict(self._task.args)
+    def run_action(self, result, args, task_vars):
         interval = float(args.pop('progress_interval_s', 30) or 0)
-        host = (task_vars or {}).get('inventory_hostname', 'this host')
+        host = task_vars.get('inventory_hostname', 'this host')
         timeout = args.get('timeout_s', 3600)
         rounds = 0
         state = None
