@@ -36,32 +36,17 @@ options:
     description: Pull even when an image of that reference is present (a tag's current digest).
     type: bool
     default: false
-  retries:
-    description: Further attempts after a failed one, for network errors only.
-    type: int
-    default: 3
-  retry_delay_s:
-    description: Seconds between attempts.
-    type: int
-    default: 30
   timeout_s:
     description: Seconds one attempt may take before it is stopped (a stalled registry does not hang the rollout).
     type: int
     default: 3600
-  podman_path:
-    description: The podman binary.
-    type: str
-    default: podman
-  host:
-    description: Host name used in messages.
-    type: str
-    default: this host
 notes:
   - Supports check mode.
 seealso:
   - module: inkling.fleet.registry_login
   - module: inkling.fleet.image_pin
 extends_documentation_fragment:
+  - inkling.fleet.podman
   - inkling.fleet.attributes.check_full_diff_none
 '''
 
@@ -113,11 +98,9 @@ registry:
 '''
 
 import json
-import os
-import subprocess
-import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import podman_cli as pc_
 from ansible_collections.inkling.fleet.plugins.module_utils import preflight_checks as pc
 from ansible_collections.inkling.fleet.plugins.module_utils import registry_errors as re_
 
@@ -142,19 +125,16 @@ def inspect(module, podman, reference):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            pc_.PODMAN_RETRY_ARGS,
             reference=dict(type='str', required=True),
             auth_file=dict(type='path'),
             force=dict(type='bool', default=False),
-            retries=dict(type='int', default=3),
-            retry_delay_s=dict(type='int', default=30),
             timeout_s=dict(type='int', default=3600),
-            podman_path=dict(type='str', default='podman'),
-            host=dict(type='str', default='this host'),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    podman = p['podman_path'] if '/' in p['podman_path'] else module.get_bin_path(p['podman_path'], required=True)
+    podman = pc_.podman_binary(module, p['podman_path'])
     ref, registry = p['reference'], re_.registry_of(p['reference'])
     result = dict(changed=False, actions=[], attempts=[], registry=registry)
     present = inspect(module, podman, ref)
@@ -170,27 +150,13 @@ def main():
     if p['auth_file']:
         argv.append('--authfile=%s' % p['auth_file'])
     argv.append(ref)
-    total = max(p['retries'], 0) + 1
-    found = None
-    for attempt in range(1, total + 1):
-        start = time.time()
-        try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=p['timeout_s'],
-                                  env=dict(os.environ, LC_ALL='C'), check=False)
-            rc, text = proc.returncode, (proc.stdout + proc.stderr).decode('utf-8', 'replace')
-        except subprocess.TimeoutExpired:
-            rc, text = -1, 'Error: the pull did not finish within %d s (timed out)' % p['timeout_s']
-        if rc == 0:
-            image = inspect(module, podman, ref)
-            result.update(changed=True, actions=['Pulled image %s' % ref], image=image,
-                          digest=(image or [{}])[0].get('Digest'))
-            module.exit_json(**result)
-        found = re_.classify(text)
-        result['attempts'].append({'attempt': attempt, 'kind': found['kind'], 'error': found['error'],
-                                   'seconds': round(time.time() - start, 1)})
-        if not found['retry'] or attempt == total:
-            break
-        time.sleep(max(p['retry_delay_s'], 0))
+    result['attempts'], found = pc_.with_retries(lambda: pc_.run_bounded(argv, p['timeout_s'], 'pull'),
+                                                 p['retries'], p['retry_delay_s'])
+    if found is None:
+        image = inspect(module, podman, ref)
+        result.update(changed=True, actions=['Pulled image %s' % ref], image=image,
+                      digest=(image or [{}])[0].get('Digest'))
+        module.exit_json(**result)
     count = len(result['attempts'])
     tries = ('failed at once, not retried (%s errors are not retried)' % found['kind']) if not found['retry'] else \
         ('after %d attempt%s of at most %d s, %d s apart' % (count, '' if count == 1 else 's', p['timeout_s'],

@@ -162,6 +162,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inkling.fleet.plugins.module_utils import image_trial as it
+from ansible_collections.inkling.fleet.plugins.module_utils import podman_cli as pc_
 
 
 def image_entrypoint(module, podman, image):
@@ -200,7 +201,7 @@ def main():
         module.exit_json(changed=False, skipped=True, failures=[],
                          msg='image trial skipped on %s: the running unit already uses %s with these arguments'
                              % (p['host'], it.digest_of(p['image'])))
-    podman = p['podman_path'] if '/' in p['podman_path'] else module.get_bin_path(p['podman_path'], required=True)
+    podman = pc_.podman_binary(module, p['podman_path'])
     entrypoint, error = image_entrypoint(module, podman, p['image'])
     if error:
         module.fail_json(msg='image trial on %s: the image %s is not on the host (%s); the running server was not '

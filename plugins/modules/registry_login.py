@@ -44,31 +44,16 @@ options:
     description: The auth file these credentials are written to afterwards (named in messages only).
     type: path
     required: true
-  retries:
-    description: Further attempts after a network error.
-    type: int
-    default: 3
-  retry_delay_s:
-    description: Seconds between attempts.
-    type: int
-    default: 30
   timeout_s:
     description: Seconds one login may take.
     type: int
     default: 120
-  podman_path:
-    description: The podman binary.
-    type: str
-    default: podman
-  host:
-    description: Host name used in messages.
-    type: str
-    default: this host
 notes:
   - Supports check mode (it only checks, and changes nothing in either mode).
 seealso:
   - module: inkling.fleet.image_pull
 extends_documentation_fragment:
+  - inkling.fleet.podman
   - inkling.fleet.attributes.check_full_diff_none
 '''
 
@@ -95,64 +80,50 @@ checked:
   elements: str
 '''
 
+import functools
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils import podman_cli as pc_
 from ansible_collections.inkling.fleet.plugins.module_utils import registry_errors as re_
 
 
 def login(podman, auth_file, cred, timeout):
     argv = [podman, 'login', '--authfile', auth_file, '--username', str(cred['username']), '--password-stdin',
             str(cred['registry'])]
-    try:
-        proc = subprocess.run(argv, input=str(cred['password']).encode(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout, env=dict(os.environ, LC_ALL='C'), check=False)
-    except subprocess.TimeoutExpired:
-        return -1, 'Error: the login did not finish within %d s (timed out)' % timeout
-    return proc.returncode, (proc.stdout + proc.stderr).decode('utf-8', 'replace')
+    return pc_.run_bounded(argv, timeout, 'login', stdin=str(cred['password']).encode())
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            pc_.PODMAN_RETRY_ARGS,
             registries=dict(type='list', elements='dict', required=True, options=dict(
                 registry=dict(type='str', required=True),
                 username=dict(type='str', required=True),
                 password=dict(type='str', required=True, no_log=True))),
             auth_file=dict(type='path', required=True),
-            retries=dict(type='int', default=3),
-            retry_delay_s=dict(type='int', default=30),
             timeout_s=dict(type='int', default=120),
-            podman_path=dict(type='str', default='podman'),
-            host=dict(type='str', default='this host'),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    podman = p['podman_path'] if '/' in p['podman_path'] else module.get_bin_path(p['podman_path'], required=True)
+    podman = pc_.podman_binary(module, p['podman_path'])
     failures, checked = [], []
     tmp = tempfile.mkdtemp(prefix='inkling-auth-check.')
     try:
         for number, cred in enumerate(p['registries']):
             auth = os.path.join(tmp, 'auth-%d.json' % number)
-            attempts = 0
-            while True:
-                attempts += 1
-                rc, text = login(podman, auth, cred, p['timeout_s'])
-                if rc == 0:
-                    checked.append(cred['registry'])
-                    break
-                found = re_.classify(text)
-                if not found['retry'] or attempts > p['retries']:
-                    failures.append({'registry': cred['registry'], 'username': cred['username'],
-                                     'kind': found['kind'], 'reason': found['reason'], 'error': found['error'],
-                                     'attempts': attempts})
-                    break
-                time.sleep(max(p['retry_delay_s'], 0))
+            attempts, found = pc_.with_retries(functools.partial(login, podman, auth, cred, p['timeout_s']),
+                                               p['retries'], p['retry_delay_s'])
+            if found is None:
+                checked.append(cred['registry'])
+            else:
+                failures.append({'registry': cred['registry'], 'username': cred['username'],
+                                 'kind': found['kind'], 'reason': found['reason'], 'error': found['error'],
+                                 'attempts': len(attempts)})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
