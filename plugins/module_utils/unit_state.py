@@ -85,9 +85,13 @@ class UnitState(object):
         _rc, out, _err = self.module.run_command([systemctl, 'is-active', unit], environ_update={'LC_ALL': 'C'})
         return is_active(out)
 
-    def read(self, unit_path, unit, state_file=None):
-        state, active = self.active_state(unit)
-        result = {'unit_checksum': self.checksum(unit_path), 'active_state': state, 'active': active}
+    def read(self, unit_path=None, unit=None, state_file=None):
+        """What is asked: the unit's checksum (``unit_path``), its state (``unit``), the state file."""
+        result = {}
+        if unit_path:
+            result['unit_checksum'] = self.checksum(unit_path)
+        if unit:
+            result['active_state'], result['active'] = self.active_state(unit)
         if state_file:
             result['state'] = read_state(state_file)
         return result

@@ -18,20 +18,18 @@ description:
     not followed through a link); the empty string when there is none.
   - The answer of C(systemctl is-active) for the unit; the empty string and C(active=false) when the host
     has no systemctl.
-  - With O(state_file), also the rollout's state file (what the host serves), for a restart entry point
-    run without the preflight entry point before it in the same play.
+  - With O(state_file) alone, the rollout's state file (what the host serves), for a restart entry point
+    run without the preflight entry point before it in the same run; it is read before the unit is written.
   - Changes nothing.
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
   unit_path:
-    description: The unit file (for a quadlet, the C(.container) file the service role writes).
+    description: The unit file (for a quadlet, the C(.container) file the service role writes); omitted, RV(unit_checksum) is not returned.
     type: path
-    required: true
   unit:
-    description: The systemd unit asked with C(systemctl is-active).
+    description: The systemd unit asked with C(systemctl is-active); omitted, RV(active_state) and RV(active) are not returned.
     type: str
-    required: true
   state_file:
     description:
       - The rollout's state file, read without following a link (a link or an absent file reads as C({})).
@@ -60,17 +58,17 @@ EXAMPLES = r'''
 RETURN = r'''
 unit_checksum:
   description: SHA-256 of the unit file; empty when there is no readable regular file there.
-  returned: always
+  returned: when O(unit_path) is set
   type: str
   sample: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 active_state:
   description: What C(systemctl is-active) answered (C(active), C(inactive), C(failed), C(activating)...).
-  returned: always
+  returned: when O(unit) is set
   type: str
   sample: active
 active:
   description: The service is active.
-  returned: always
+  returned: when O(unit) is set
   type: bool
 state:
   description: The state file's record (image, revision, variant, unit checksum...); C({}) when there is none.
@@ -86,8 +84,8 @@ from ansible_collections.inkling.fleet.plugins.module_utils.unit_state import Un
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            unit_path=dict(type='path', required=True),
-            unit=dict(type='str', required=True),
+            unit_path=dict(type='path'),
+            unit=dict(type='str'),
             state_file=dict(type='path'),
         ),
         supports_check_mode=True,

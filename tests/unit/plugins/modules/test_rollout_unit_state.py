@@ -95,16 +95,17 @@ def test_reads_the_state_file_when_asked(tmp_path):
     state.write_text('{"variant": "sm90-patched", "revision": "%s", "analysis": {"ok": true}}' % ('0' * 40))
     args = {'unit_path': str(tmp_path / 'absent.container'), 'unit': 'inkling-vllm.service'}
     env = {'PATH': '%s:/usr/bin:/bin' % bin_dir}
-    rc, out = run_module('rollout_unit_state', dict(args, state_file=str(state)), env=env, tmp_path=tmp_path)
+    # the state file alone (the restart entry point, before the unit is written): nothing else is asked
+    rc, out = run_module('rollout_unit_state', {'state_file': str(state)}, env=env, tmp_path=tmp_path)
     assert rc == 0, out
     assert out['state'] == {'variant': 'sm90-patched', 'revision': '0' * 40, 'analysis': {'ok': True}}
+    assert not set(out) & {'unit_checksum', 'active', 'active_state'}, out
     rc, out = run_module('rollout_unit_state', args, env=env, tmp_path=tmp_path)
-    assert rc == 0 and 'state' not in out, out
-    rc, out = run_module('rollout_unit_state', dict(args, state_file=str(tmp_path / 'none.json')), env=env,
-                         tmp_path=tmp_path)
+    assert rc == 0 and 'state' not in out and out['active'] is True, out
+    rc, out = run_module('rollout_unit_state', {'state_file': str(tmp_path / 'none.json')}, env=env, tmp_path=tmp_path)
     assert rc == 0 and out['state'] == {}, out
     state.write_text('{"variant": ')
-    rc, out = run_module('rollout_unit_state', dict(args, state_file=str(state)), env=env, tmp_path=tmp_path)
+    rc, out = run_module('rollout_unit_state', {'state_file': str(state)}, env=env, tmp_path=tmp_path)
     assert rc != 0 and str(state) in out['msg'] and 'Remedy' in out['msg'], out
 
 
