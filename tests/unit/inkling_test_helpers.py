@@ -246,10 +246,20 @@ def standin_hub(root, repo_id, rev):
     return root / 'hub'
 
 
+_PORTS_GIVEN = set()
+
+
 def free_port():
-    """A loopback TCP port free right now."""
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback TCP port free right now and not handed out before in this test run.
+
+    The port is closed again before a server binds it, so two servers started one after the other
+    could be handed the same port; the second would then fail to bind. Remembering the ports handed
+    out rules that out within one pytest process."""
+    while True:
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port

@@ -88,7 +88,10 @@ class Server(object):
         except OSError:
             return False
 
-    def wait_open(self, timeout=15):
+    def wait_open(self, timeout=60):
+        """True once the port answers; False when the process exits first or after timeout seconds.
+        The default is generous: CI runs these tests beside the molecule lanes on 2 cores, where a
+        start-up of about a second has taken over 15."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.port_open():
@@ -499,7 +502,9 @@ def test_max_tokens_and_ignore_eos(server):
 
 
 def test_streaming_sends_tokens_as_they_come(server):
-    s = server(env={'STANDIN_TTFT_S': '0.1', 'STANDIN_TOKEN_S': '0.03'})
+    # A first token after 1 s: the ping at the end must answer well before that, with room for a
+    # loaded CI machine.
+    s = server(env={'STANDIN_TTFT_S': '1.0', 'STANDIN_TOKEN_S': '0.03'})
     assert s.wait_open()
     count = by_id('instruction-count')
     headers, events = stream(s, chat_body(count, stream_options={'include_usage': True}))
@@ -513,7 +518,7 @@ def test_streaming_sends_tokens_as_they_come(server):
     content_times = [t for (t, p), c in zip(events, chunks + [None]) if c and c['choices'] and
                      c['choices'][0]['delta'].get('content')]
     ttft, last = content_times[0], content_times[-1]
-    assert ttft >= 0.09
+    assert ttft >= 0.95
     assert last - ttft >= 9 * 0.03 * 0.8, (ttft, last)  # tokens arrive one by one, not all at the end
     assert chunks[-2]['choices'][0]['finish_reason'] == 'stop'
     assert chunks[-1]['choices'] == [] and chunks[-1]['usage']['completion_tokens'] == 10
@@ -522,11 +527,11 @@ def test_streaming_sends_tokens_as_they_come(server):
     assert events[-1][1] == '[DONE]' and 'usage' not in json.loads(events[-2][1])
     t0 = time.monotonic()
     code, body = s.post('/v1/chat/completions', chat_body(count))
-    assert code == 200 and time.monotonic() - t0 >= 0.1 + 9 * 0.03 * 0.9
+    assert code == 200 and time.monotonic() - t0 >= 1.0 + 9 * 0.03 * 0.9
     # The gate's ping stays instant.
     t0 = time.monotonic()
     assert s.post('/v1/completions', {'model': REPO_ID, 'prompt': 'ping', 'max_tokens': 1})[0] == 200
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.7
 
 
 def test_fault_garbage(server):
@@ -582,7 +587,8 @@ def test_fault_slow(server, monkeypatch):
         return times[0], (len(times) - 1) / (times[-1] - times[0])
     pacing = {'STANDIN_TTFT_S': '0.05', 'STANDIN_TOKEN_S': '0.01'}
     normal, slow = server(env=pacing), server(env=dict(pacing, STANDIN_FAULT='slow'))
-    assert normal.wait_open() and slow.wait_open()
+    assert normal.wait_open(), normal.stop()
+    assert slow.wait_open(), slow.stop()
     (ttft_n, tps_n), (ttft_s, tps_s) = rate(normal), rate(slow)
     assert tps_s <= 0.6 * tps_n, (tps_s, tps_n)
     assert ttft_s >= 1.6 * 0.05 and ttft_n < ttft_s

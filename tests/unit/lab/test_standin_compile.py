@@ -26,7 +26,7 @@ def gpu_env(tmp_path, name, gpus=8, driver='580.159.04', delay='1.5'):
 def start(hub_dir, tmp_path, env):
     s = Server(hub_dir, tmp_path, args=['--tensor-parallel-size', '8'], env=env)
     t0 = time.time()
-    assert s.wait_open(timeout=20)
+    assert s.wait_open()
     return s, time.time() - t0
 
 

@@ -52,7 +52,7 @@ def test_the_head_serves_only_once_the_worker_joined(replica):
     time.sleep(1.5)
     assert not head.port_open() and head.proc.poll() is None
     worker = replica('worker')
-    assert head.wait_open(15)
+    assert head.wait_open(60)
     assert head.get('/health')[0] == 200
     assert worker.proc.poll() is None
     assert not worker.port_open()               # headless: no API server
@@ -62,7 +62,7 @@ def test_a_worker_may_start_first(replica):
     worker = replica('worker')
     time.sleep(1)
     head = replica('head')
-    assert head.wait_open(15)
+    assert head.wait_open(60)
 
 
 def test_the_head_fails_when_the_worker_never_joins(replica):
@@ -85,7 +85,7 @@ def test_a_worker_that_crashes_on_start_leaves_the_head_unhealthy(replica):
 def test_losing_the_worker_kills_the_head_and_losing_the_head_ends_the_worker(replica):
     head = replica('head')
     worker = replica('worker')
-    assert head.wait_open(15)
+    assert head.wait_open(60)
     rc, _err = worker.stop()
     assert rc == 0                              # SIGTERM: a clean stop
     rc, err = head.finish(timeout=10)
@@ -93,7 +93,7 @@ def test_losing_the_worker_kills_the_head_and_losing_the_head_ends_the_worker(re
 
     head = replica('head')
     worker = replica('worker')
-    assert head.wait_open(15)
+    assert head.wait_open(60)
     head.stop()
     rc, err = worker.finish(timeout=10)
     assert rc == 1 and 'went away' in err
