@@ -62,8 +62,8 @@ class _Connection(object):
 def entries(kb):
     """The lab's variant table entries (roles/preflight), each padded to about ``kb`` KiB as a selected
     variant with its overrides and sources is."""
-    with open(os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')) as f:
-        table = yaml.safe_load(f)['preflight_variant_table']
+    with open(os.path.join(REPO, 'data', 'variants.yml')) as f:
+        table = yaml.safe_load(f)['variants']
     out = []
     for name in sorted(table)[:2]:
         entry = dict(table[name], name=name)

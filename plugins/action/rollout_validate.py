@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Action plugin of inkling.fleet.rollout_validate: the rollout's settings checked once,
 before anything runs on a host. Runs on the controller only; the checks are
-plugins/module_utils/rollout_validate.py and plugins/module_utils/variant.py."""
+plugins/module_utils/rollout_validate.py, plugins/module_utils/variant.py and
+plugins/plugin_utils/variant_table.py."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -15,6 +16,7 @@ import yaml
 from ansible import context
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_validate as checks
 from ansible_collections.inkling.fleet.plugins.module_utils import variant as variants
+from ansible_collections.inkling.fleet.plugins.plugin_utils import variant_table
 from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 ARGUMENT_SPEC = dict(
@@ -24,8 +26,6 @@ ARGUMENT_SPEC = dict(
 )
 
 ROLLOUT_VARS = [name for name, _k, _c, _e in checks.RULES] + ['rollout_serial']
-TABLE_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
-                          'variants.yml')
 PREFLIGHT_DEFAULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
                                   'main.yml')
 GOLDEN_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'rollout', 'defaults', 'main',
@@ -35,12 +35,6 @@ GOLDEN_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'roll
 def _shipped_golden_set():
     with open(GOLDEN_FILE) as f:
         return yaml.safe_load(f)['rollout_analysis_golden_set']
-
-
-def _shipped_table():
-    with open(TABLE_FILE) as f:
-        data = yaml.safe_load(f)
-    return data['preflight_variant_table'], data['preflight_variant_table_schema_version']
 
 
 def _shipped_model():
@@ -73,7 +67,6 @@ class ActionModule(InklingAction):
             task_vars.get('ansible_run_tags'), task_vars.get('ansible_skip_tags'),
             play_pattern=self._play_pattern(), hosts=groups.get('all', []), groups=list(groups))
         hostvars = task_vars.get('hostvars', {})
-        shipped = _shipped_table()
         golden = _shipped_golden_set()
         per_host = {}
         plan = serial = None
@@ -94,7 +87,7 @@ class ActionModule(InklingAction):
                     problems.append('%s cannot be resolved: %s. Every secret the run needs must resolve before '
                                     'anything runs: define it (ansible-vault) and run with --ask-vault-pass or '
                                     '--vault-password-file' % (name, error))
-            problems.extend(self._table_problems(hv, shipped))
+            problems.extend(self._table_problems(hv))
             prompts, prompt_problems = self._golden_set(hv, golden)
             problems.extend(prompt_problems)
             if plan is None and not prompt_problems:
@@ -143,28 +136,20 @@ class ActionModule(InklingAction):
         return analysis.merge_prompts(shipped if golden is None else golden, extra), []
 
     @staticmethod
-    def _table_problems(hv, shipped):
-        table, schema = shipped
-        for name, default in (('preflight_variant_table', table), ('preflight_variant_table_schema_version', schema)):
-            present, value, error = _get(hv, name)
+    def _table_problems(hv):
+        unresolved = []
+
+        def get(name):
+            dummy, value, error = _get(hv, name)
             if error:
-                return ['%s cannot be resolved: %s' % (name, error)]
-            if present:
-                if name == 'preflight_variant_table':
-                    table = value
-                else:
-                    schema = value
-        layers = []
-        for name in ['preflight_variant_overrides'] + sorted(k for k in hv if k.startswith('preflight_variant_overrides_')):
-            present, value, error = _get(hv, name)
-            if error:
-                return ['%s cannot be resolved: %s' % (name, error)]
-            if present:
-                layers.append((name, value))
+                unresolved.append('%s cannot be resolved: %s' % (name, error))
+                raise variants.VariantTableError(unresolved[-1:])
+            return value
         try:
-            merged = variants.merge_table(table, variants.merge_overrides(layers))
-            variants.validate_table(merged, schema)
+            merged, dummy = variant_table.effective(list(hv), get)
         except variants.VariantTableError as e:
+            if unresolved:
+                return unresolved[:1]
             return ['variant table (with preflight_variant_overrides): %s. Remedy: fix the override (docs/variants.md)'
                     % err for err in e.errors]
         # remote code runs only from a pinned commit: every entry this host could be given (issue 36, finding 6)

@@ -104,6 +104,15 @@ def refusal(check, host, reason):
             'reason': reason}
 
 
+def type_name(value):
+    """The YAML/JSON type name of a value: 'dict', 'list', 'str'... also for the tagged subclasses
+    Ansible 2.19 hands a plugin (_AnsibleTaggedList is a list)."""
+    for base in (bool, dict, list, str, int, float):
+        if isinstance(value, base):
+            return base.__name__
+    return 'null' if value is None else type(value).__name__
+
+
 def deep_merge(base, override):
     """Return base updated recursively with override: dicts merge, anything else (lists too) replaces."""
     result = copy.deepcopy(base)
@@ -125,11 +134,11 @@ def merge_overrides(layers):
         if layer in (None, {}):
             continue
         if not isinstance(layer, dict):
-            errors.append('%s must be a dict keyed by variant name, got %s' % (name, type(layer).__name__))
+            errors.append('%s must be a dict keyed by variant name, got %s' % (name, type_name(layer)))
             continue
         for variant, override in layer.items():
             if not isinstance(override, dict):
-                errors.append('%s: override %r must be a dict, got %s' % (name, variant, type(override).__name__))
+                errors.append('%s: override %r must be a dict, got %s' % (name, variant, type_name(override)))
                 continue
             merged[variant] = deep_merge(merged.get(variant, {}), override)
     if errors:
@@ -141,16 +150,16 @@ def merge_table(table, overrides):
     """Merge overrides into the table by entry name; a name not in the table adds an entry."""
     errors = []
     if not isinstance(table, dict):
-        raise VariantTableError(['the table must be a dict keyed by variant name, got %s' % type(table).__name__])
+        raise VariantTableError(['the table must be a dict keyed by variant name, got %s' % type_name(table)])
     if overrides is None:
         overrides = {}
     if not isinstance(overrides, dict):
         raise VariantTableError(['the overrides must be a dict keyed by variant name, got %s'
-                                 % type(overrides).__name__])
+                                 % type_name(overrides)])
     merged = copy.deepcopy(table)
     for name, override in overrides.items():
         if not isinstance(override, dict):
-            errors.append('override %r must be a dict, got %s' % (name, type(override).__name__))
+            errors.append('override %r must be a dict, got %s' % (name, type_name(override)))
             continue
         if isinstance(merged.get(name), dict):
             merged[name] = deep_merge(merged[name], override)
@@ -270,7 +279,7 @@ def validate_entry(name, entry):
     errors = []
     where = 'entry %r' % name
     if not isinstance(entry, dict):
-        return ['%s must be a dict, got %s' % (where, type(entry).__name__)]
+        return ['%s must be a dict, got %s' % (where, type_name(entry))]
     for key in sorted(set(entry) - set(ENTRY_KEYS)):
         errors.append('%s: unknown key %r (known: %s)' % (where, key, ', '.join(sorted(ENTRY_KEYS))))
     bad = set()
@@ -441,7 +450,7 @@ def validate_table(table, schema_version):
     for name in sorted(table):
         entry = table[name]
         if not isinstance(entry, dict):
-            errors.append('entry %r must be a dict, got %s' % (name, type(entry).__name__))
+            errors.append('entry %r must be a dict, got %s' % (name, type_name(entry)))
             continue
         enabled = entry.get('enabled', True)
         if enabled is not False:

@@ -27,6 +27,9 @@ description:
     incomplete group or members that differ (see O(replica)).
   - Validates the table itself, for example that every image reference names its registry host.
   - Makes no change on the host; runs the same in check mode.
+  - An action plugin runs first, on the controller, and fills in O(table), O(schema_version) and
+    O(overrides) when the task leaves them out (plugins/plugin_utils/variant_table.py, the same
+    code that C(inkling.fleet.rollout_validate) checks the table with).
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
@@ -47,21 +50,23 @@ options:
     required: true
   table:
     description:
-      - The variant table, a dict keyed by variant name (see C(docs/variants.md)); the collection's
-        default is C(preflight_variant_table) in the preflight role.
+      - The variant table, a dict keyed by variant name (see C(docs/variants.md)).
+      - When omitted or null, the action plugin fills it in on the controller from the host's
+        C(preflight_variant_table), or else the collection's table, C(data/variants.yml).
     type: dict
-    required: true
   schema_version:
     description:
-      - The schema version the table was written for (C(preflight_variant_table_schema_version)).
-        This module reads schema version 1.
+      - The schema version the table was written for. This module reads schema version 1.
+      - When omitted or null, the host's C(preflight_variant_table_schema_version), or else the
+        collection table's.
     type: int
-    required: true
   overrides:
     description:
       - Entries to add or change, keyed by variant name, merged recursively into O(table).
+      - When omitted or null, the action plugin merges the host's C(preflight_variant_overrides)
+        and every C(preflight_variant_overrides_<suffix>) variable, in name order (later wins).
+        Pass V({}) for no overrides at all.
     type: dict
-    default: {}
   host:
     description:
       - The host name used in messages (modules do not see C(inventory_hostname); pass it).
@@ -114,8 +119,14 @@ EXAMPLES = r'''
     gpu: "{{ gpu_info.nvidia_gpu }}"
     model: thinkingmachines/Inkling-NVFP4
     tensor_parallel_size: 8
-    table: "{{ preflight_variant_table }}"
-    schema_version: "{{ preflight_variant_table_schema_version }}"
+    host: "{{ inventory_hostname }}"
+  register: selected
+
+- name: Select from the collection's table with these overrides only (not the host's)
+  inkling.fleet.inkling_variant:
+    gpu: "{{ gpu_info.nvidia_gpu }}"
+    model: thinkingmachines/Inkling-NVFP4
+    tensor_parallel_size: 8
     overrides:
       sm90-patched:
         image:
@@ -239,9 +250,9 @@ def main():
             gpu=dict(type='dict', required=True),
             model=dict(type='str', required=True),
             tensor_parallel_size=dict(type='int', required=True),
-            table=dict(type='dict', required=True),
-            schema_version=dict(type='int', required=True),
-            overrides=dict(type='dict', default={}),
+            table=dict(type='dict'),
+            schema_version=dict(type='int'),
+            overrides=dict(type='dict'),
             host=dict(type='str', default='this host'),
             replica=dict(type='dict', options=dict(
                 name=dict(type='str', required=True),
@@ -255,10 +266,13 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    if params['table'] is None or params['schema_version'] is None:
+        module.fail_json(msg='table and schema_version are required when the module runs without its action plugin',
+                         reasons=[])
     try:
         variant, reasons = select_variant(
             params['gpu'], params['model'], params['tensor_parallel_size'], params['table'],
-            overrides=params['overrides'], host=params['host'], schema_version=params['schema_version'],
+            overrides=params['overrides'] or {}, host=params['host'], schema_version=params['schema_version'],
             replica=params['replica'])
     except VariantRefused as exc:
         module.fail_json(msg=str(exc), reasons=exc.reasons, refusals=exc.refusals)

@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 COLLECTIONS = os.path.join(REPO, 'collections')
 FIXTURES = os.path.join(HERE, 'fixtures', 'nvidia-smi')
 CAPTURE = os.path.join(FIXTURES, 'h200-2gpu-driver580')
-VARIANTS_YML = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
+VARIANTS_YML = os.path.join(REPO, 'data', 'variants.yml')
 STANDIN = os.path.join(REPO, 'lab', 'nvidia-smi', 'nvidia-smi')
 PROFILES = os.path.join(REPO, 'lab', 'nvidia-smi', 'profiles')
 
@@ -155,7 +155,7 @@ def facts_from_rows(rows, **kwargs):
 
 def default_table():
     data = yaml.safe_load(read(VARIANTS_YML))
-    return data['preflight_variant_table'], data['preflight_variant_table_schema_version']
+    return data['variants'], data['schema_version']
 
 
 FAKE_SCRIPT = textwrap.dedent('''\

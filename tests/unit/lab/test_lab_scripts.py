@@ -75,9 +75,9 @@ def test_inventory_groups_and_gpu_profiles():
 
 def test_every_variant_runs_the_standin_in_the_lab():
     """A variant missing from the overrides would make the lab pull a real multi-GB image."""
-    table_file = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
+    table_file = os.path.join(REPO, 'data', 'variants.yml')
     with open(table_file, encoding='utf-8') as f:
-        table = yaml.safe_load(f)['preflight_variant_table']
+        table = yaml.safe_load(f)['variants']
     overrides = load_yaml('inventory', 'lab', 'group_vars', 'all', 'lab.yml')['preflight_variant_overrides']
     assert sorted(overrides) == sorted(table)
     for name, override in overrides.items():

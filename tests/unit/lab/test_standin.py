@@ -24,7 +24,7 @@ from inkling_test_helpers import free_port, standin_hub
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
-VARIANTS = os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')
+VARIANTS = os.path.join(REPO, 'data', 'variants.yml')
 GOLDEN = os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')
 ANSWERS = os.path.join(REPO, 'lab', 'standin', 'answers.json')
 REPO_ID = 'thinkingmachines/Inkling-NVFP4'
@@ -137,7 +137,7 @@ def server(hub, tmp_path):
 
 def variant_args():
     with open(VARIANTS) as fh:
-        table = yaml.safe_load(fh)['preflight_variant_table']
+        table = yaml.safe_load(fh)['variants']
     return sorted((name, v.get('vllm_args', [])) for name, v in table.items())
 
 

@@ -17,7 +17,7 @@ hub = _hub_fixture
 
 def node_args(role, port):
     with open(VARIANTS) as fh:
-        entry = yaml.safe_load(fh)['preflight_variant_table']['sm90-h100-2node']
+        entry = yaml.safe_load(fh)['variants']['sm90-h100-2node']
     fill = {'{head_address}': '127.0.0.1', '{port}': str(port), '{node_rank}': '1', '{nodes}': '2'}
     return entry['vllm_args'] + [fill.get(a, a) for a in entry['node_args'][role]]
 

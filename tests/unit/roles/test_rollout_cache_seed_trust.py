@@ -36,9 +36,9 @@ def test_seeding_from_a_remote_code_host_needs_the_opt_in(seed, remote_code_ok, 
 def test_the_default_is_off_for_the_shipped_inkling_variants():
     with open(os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'main.yml')) as f:
         defaults = yaml.safe_load(f)
-    with open(os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')) as f:
+    with open(os.path.join(REPO, 'data', 'variants.yml')) as f:
         variants = yaml.safe_load(f)
-    table = variants[[k for k in variants if k.endswith('variant_table')][0]]
+    table = variants['variants']
     args = [a for v in (table.values() if isinstance(table, dict) else table) for a in v.get('vllm_args', [])]
     assert '--trust-remote-code' in args
     assert defaults['rollout_cache_seed_remote_code'] is False

@@ -84,8 +84,8 @@ def trial(site, args, entrypoint=None, **env):
 
 
 def unit_args(variant='sm90-patched'):
-    with open(os.path.join(REPO, 'roles', 'preflight', 'defaults', 'main', 'variants.yml')) as handle:
-        table = yaml.safe_load(handle)['preflight_variant_table']
+    with open(os.path.join(REPO, 'data', 'variants.yml')) as handle:
+        table = yaml.safe_load(handle)['variants']
     return [str(a) for a in table[variant]['vllm_args']] + [
         '--model', 'thinkingmachines/Inkling-NVFP4', '--revision', 'c' * 40, '--served-model-name', 'inkling',
         '--host', '0.0.0.0', '--port', '8000', '--shutdown-timeout', '120']
