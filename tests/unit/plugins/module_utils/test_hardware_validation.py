@@ -257,3 +257,35 @@ def test_x1_torch_arch_flags_without_a_gpu():
     assert visible['arch_flags'] == hidden['arch_flags'] == 'sm_75 sm_80 sm_86 sm_90 sm_100 sm_120'
     assert visible['get_arch_list'] == hidden['arch_flags'].split() and hidden['get_arch_list'] == []
     assert (hidden['torch'], hidden['cuda'], hidden['is_available']) == ('2.11.0+cu130', '13.0', False)
+
+
+# --------------------------------------------------------------------------
+# 1x H100 80GB, driver 580.159.04, 2026-12-07: the variant table as collection data
+# (data/variants.yml, filled in by the inkling_variant action; docs/hardware-validation.md)
+# --------------------------------------------------------------------------
+
+RUN_H100 = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'hardware-validation',
+                        'h100-x1-driver580-2026-12-07-variant-table')
+
+
+def _h100(name):
+    with open(os.path.join(RUN_H100, name)) as f:
+        return json.load(f)
+
+
+def test_h100_selection_from_the_shipped_table_gives_what_the_real_action_gave():
+    # The real run's tasks passed no table: the action plugin read data/variants.yml. The same
+    # facts, selected here from the table file directly, give the same reasons.
+    report = _h100(os.path.join('preflight', 'localhost.json'))
+    gpu = report['facts']['gpu']
+    assert gpu['gpu_count'] == 1 and gpu['compute_caps'] == ['9.0'] and gpu['gpus'][0]['memory_total_mib'] == 81559
+    table, version = default_table()
+    recorded = {c['name']: c for c in _h100('hardware-validation-output.json')['hosts']['localhost']['cases']}
+    for name in ('fits', 'refused'):
+        case = recorded[name]
+        assert case['outcome'] == 'refused'
+        with pytest.raises(variant.VariantRefused) as exc:
+            variant.select_variant(gpu, case['model'], case['tensor_parallel_size'], table, host='localhost',
+                                   schema_version=version)
+        assert exc.value.reasons == case['reasons']
+    assert [f['check'] for f in report['failures']] == ['podman.version', 'cdi.spec', 'host.disk', 'variant']
