@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 export CONTAINERS_CONF := $(CURDIR)/lab/conf/containers.conf
 
-.PHONY: setup lab-deploy lab-up lab-down test lint sanity unit collection fresh-machine molecule
+.PHONY: setup lab-deploy lab-up lab-down test lint sanity unit collection fresh-machine molecule reference
 
 setup:
 	bash scripts/setup.sh
@@ -34,6 +34,10 @@ unit: setup
 
 collection: setup
 	bash scripts/collection-check.sh
+
+## docs/reference/*.md from the code (a unit test fails when they are stale).
+reference: setup
+	python scripts/reference.py
 
 fresh-machine:
 	bash scripts/fresh-machine.sh
