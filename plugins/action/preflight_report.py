@@ -12,10 +12,10 @@ from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
 import os
-import stat
 import tempfile
 
 from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
+from ansible_collections.inkling.fleet.plugins.plugin_utils.controller_files import NotADirectory, make_private_dirs
 
 ARGUMENT_SPEC = {
     'report_dir': {'type': 'path', 'required': True},
@@ -33,23 +33,12 @@ class ReportError(Exception):
 
 def make_report_dir(directory):
     """Create ``directory`` (and each missing parent) with mode 0700, or set an existing one's mode
-    to 0700, as ansible.builtin.file state=directory mode=0700 does. Returns whether it changed."""
-    changed = False
-    missing = []
-    path = os.path.abspath(directory)
-    while not os.path.exists(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise ReportError('%s is not a directory' % path)
-    for path in reversed(missing):
-        os.mkdir(path, DIR_MODE)
-        os.chmod(path, DIR_MODE)
-        changed = True
-    if stat.S_IMODE(os.stat(directory).st_mode) != DIR_MODE:
-        os.chmod(directory, DIR_MODE)
-        changed = True
-    return changed
+    to 0700, as ansible.builtin.file state=directory mode=0700 does; the hosts' forks may race to
+    create it. Returns whether it changed."""
+    try:
+        return make_private_dirs(directory, DIR_MODE)
+    except NotADirectory as exc:
+        raise ReportError(str(exc))
 
 
 def write_report(directory, host, content):

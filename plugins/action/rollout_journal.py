@@ -71,11 +71,14 @@ def _make_dir(path):
     keeps its mode. A link or a file there is refused."""
     if not os.path.lexists(path):
         parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            os.makedirs(parent, 0o700)
-        os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)
-    elif not os.path.isdir(path):
+        try:
+            # another host's fork may make either at the same moment (preflight_report's race, stop 52)
+            os.makedirs(parent, 0o700, exist_ok=True)
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)
+        except FileExistsError:
+            pass
+    if not os.path.isdir(path):
         raise JournalError('%s is not a directory' % path)
 
 

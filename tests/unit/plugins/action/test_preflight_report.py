@@ -52,3 +52,20 @@ def test_a_file_in_place_of_the_directory_is_refused(tmp_path):
         pr.write_report(str(tmp_path / 'reports' / 'sub'), 'gpu-01', '{}\n')
     with pytest.raises(pr.ReportError, match='not a host name'):
         pr.write_report(str(tmp_path / 'r'), '../gpu-01', '{}\n')
+
+
+def test_a_directory_another_fork_makes_at_the_same_moment_is_no_error(tmp_path, monkeypatch):
+    # Stop 51's CI: two hosts' forks wrote their first reports at once; the second one's mkdir met the
+    # directory the first had just made ("[Errno 17] File exists").
+    from ansible_collections.inkling.fleet.plugins.plugin_utils import controller_files
+    target = tmp_path / 'state' / 'reports'
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path, mode=0o777):
+        if path == str(tmp_path / 'state') and not os.path.exists(path):
+            real_mkdir(path, 0o700)         # the other fork, just before this one
+        return real_mkdir(path, mode)
+    monkeypatch.setattr(controller_files.os, 'mkdir', racing_mkdir)
+    path, changed = pr.write_report(str(target), "gpu-01", "{}")
+    assert changed is True and os.path.isfile(path)
+    assert oct(os.stat(str(target)).st_mode & 0o777) == '0o700'
