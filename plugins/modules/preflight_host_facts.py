@@ -30,18 +30,6 @@ description:
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
-  driver_version_file:
-    description: File with the kernel module version, as C(/proc/driver/nvidia/version) prints it.
-    type: path
-    default: /proc/driver/nvidia/version
-  fabricmanager_unit:
-    description: systemd unit of the NVIDIA fabric manager.
-    type: str
-    default: nvidia-fabricmanager
-  fabricmanager_path:
-    description: The fabric manager binary, asked for its version.
-    type: str
-    default: nv-fabricmanager
   cdi_dirs:
     description: Directories searched for CDI specs (C(*.yaml), C(*.yml), C(*.json)).
     type: list
@@ -51,10 +39,6 @@ options:
     description: The podman binary (name on C(PATH) or absolute path).
     type: str
     default: podman
-  lspci_path:
-    description: The lspci binary.
-    type: str
-    default: lspci
   hub_cache_dir:
     description: The Hugging Face hub cache directory the model is downloaded to (it may not exist yet).
     type: path
@@ -83,10 +67,6 @@ options:
     description: apt history log, read to name what last changed NVIDIA packages.
     type: path
     default: /var/log/apt/history.log
-  kernel_modules_file:
-    description: The list of loaded kernel modules (NVLink5 boards need C(ib_umad)).
-    type: path
-    default: /proc/modules
 notes:
   - Supports check mode; the module never changes the host.
   - CDI specs are parsed with PyYAML when the host has it, otherwise with a line reader that handles what
@@ -96,6 +76,7 @@ seealso:
   - module: inkling.fleet.preflight_evaluate
 extends_documentation_fragment:
   - inkling.fleet.attributes.check_full_diff_none
+  - inkling.fleet.gpu_host
 '''
 
 EXAMPLES = r'''

@@ -37,26 +37,6 @@ options:
     description: The nvidia-smi binary.
     type: str
     default: nvidia-smi
-  driver_version_file:
-    description: File with the loaded kernel module version.
-    type: path
-    default: /proc/driver/nvidia/version
-  fabricmanager_unit:
-    description: systemd unit of the NVIDIA fabric manager.
-    type: str
-    default: nvidia-fabricmanager
-  fabricmanager_path:
-    description: The fabric manager binary, asked for its version.
-    type: str
-    default: nv-fabricmanager
-  lspci_path:
-    description: The lspci binary (NVSwitch devices).
-    type: str
-    default: lspci
-  kernel_modules_file:
-    description: The list of loaded kernel modules.
-    type: path
-    default: /proc/modules
   xid_ignore:
     description: Xid codes never reported.
     type: list
@@ -81,6 +61,7 @@ seealso:
   - module: inkling.fleet.nvidia_gpu_info
 extends_documentation_fragment:
   - inkling.fleet.attributes.check_full_diff_none
+  - inkling.fleet.gpu_host
 '''
 
 EXAMPLES = r'''
