@@ -24,7 +24,7 @@ import errno
 import os
 import stat
 
-from ansible_collections.inkling.fleet.plugins.module_utils.nofollow import open_dir, read_small, write_atomic
+from ansible_collections.inkling.fleet.plugins.module_utils.nofollow import open_dir, write_atomic
 
 UNIT_LIMIT = 1024 * 1024
 
@@ -36,9 +36,9 @@ class UnitRestoreError(Exception):
 
 
 def _read(path):
-    """The bytes of a regular file, not followed through a link; None when absent. A link or anything
-    but a regular file raises: restoring through it, or taking it for "no backup" (and removing the
-    unit), would both be wrong."""
+    """The bytes of a regular file, opened once without following a link (O_NOFOLLOW); None when
+    absent. A link or anything but a regular file raises: restoring through it, or taking it for "no
+    backup" (and removing the unit), would both be wrong."""
     directory, name = os.path.split(path)
     try:
         fd = open_dir(directory or '.')
@@ -48,17 +48,37 @@ def _read(path):
         raise
     try:
         try:
-            mode = os.lstat(name, dir_fd=fd).st_mode
+            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0),
+                              dir_fd=fd)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
-            raise
-        if not stat.S_ISREG(mode):
-            raise UnitRestoreError('%s is not a regular file (a link or another kind of file); nothing was '
-                                   'changed. Remedy: look at what put it there, remove it and run again' % path, {})
-        return read_small(name, fd, UNIT_LIMIT)
+            if exc.errno != errno.ELOOP:
+                raise
+            file_fd = None
+        try:
+            if file_fd is None or not stat.S_ISREG(os.fstat(file_fd).st_mode):
+                raise UnitRestoreError('%s is not a regular file (a link or another kind of file); nothing was '
+                                       'changed. Remedy: look at what put it there, remove it and run again'
+                                       % path, {})
+            return _read_all(file_fd)
+        finally:
+            if file_fd is not None:
+                os.close(file_fd)
     finally:
         os.close(fd)
+
+
+def _read_all(fd):
+    chunks = []
+    size = 0
+    while size < UNIT_LIMIT:
+        chunk = os.read(fd, UNIT_LIMIT - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b''.join(chunks)
 
 
 def plan(unit_content, backup_content, keep=False):
@@ -81,19 +101,24 @@ class UnitRestore(object):
 
     def restore(self, unit, path, backup, keep=False, stop_removed=False, check_mode=False):
         current = _read(path)
-        what = plan(current, _read(backup), keep)
+        previous = _read(backup)
+        what = plan(current, previous, keep)
         result = dict(what, changed=what['write'], stopped=False, commands=[])
         if check_mode:
             return result
         if what['outcome'] == 'removed' and stop_removed:
-            self._systemctl(result, 'stop', unit)
+            if self._systemctl(result, 'stop', unit) != 0 and self._systemctl(result, 'is-active', unit) == 0:
+                # Still running: removing its file now would leave a server no unit describes.
+                raise UnitRestoreError('systemctl stop %s failed (%s) and the unit is still active; its file was '
+                                       'left in place. Remedy: stop it by hand (systemctl stop %s), then run again'
+                                       % (unit, result['commands'][0]['stderr'] or 'no message', unit), result)
             result['stopped'] = True
         if what['write']:
             directory, name = os.path.split(path)
             fd = open_dir(directory)
             try:
                 if what['outcome'] == 'restored':
-                    write_atomic(name, fd, _read(backup), mode=0o644)
+                    write_atomic(name, fd, previous, mode=0o644)
                 else:
                     os.unlink(name, dir_fd=fd)
             finally:

@@ -6,7 +6,8 @@
 A variant is one way to serve a model on one kind of GPU host: the image, the vLLM
 arguments and environment, the mounts, and what the host must offer (compute
 capability, GPU count for the tensor parallel size, total GPU memory, driver floor).
-The table is data (``roles/preflight/defaults/main/variants.yml``); this file holds the
+The table is collection data (``data/variants.yml``, read on the controller by
+plugins/plugin_utils/variant_table.py); this file holds the
 rules. Importable and testable without Ansible running.
 """
 

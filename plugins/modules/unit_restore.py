@@ -17,7 +17,8 @@ description:
   - When O(backup) exists, its content is written over O(path) (a temporary file in the same directory, then a
     rename), only when it differs. Neither file is followed through a link.
   - When there is no backup (a first deployment), O(path) is removed, after C(systemctl stop) of O(unit) when
-    O(stop_removed) is true; a failed stop is reported in RV(commands), not raised.
+    O(stop_removed) is true. When the stop fails and the unit is still active, the module fails and leaves the
+    file in place; a unit that is not active (unknown, already stopped) is removed anyway.
   - With O(keep), an existing O(path) is the unit to keep (a replica member whose unit did not change).
   - Then C(systemctl daemon-reload) when a file changed (a failure fails the module), and always
     C(systemctl reset-failed) O(unit), so that the start limit of the failed attempts does not refuse the next
@@ -79,11 +80,11 @@ write:
   returned: always
   type: bool
 stopped:
-  description: Whether the unit was stopped before its file was removed.
+  description: Whether the unit was stopped (or found not active) before its file was removed.
   returned: always
   type: bool
 commands:
-  description: The C(systemctl) commands run, each with C(argv), C(rc) and C(stderr).
+  description: The C(systemctl) commands run, each with C(argv), C(rc) and C(stderr); on failure too.
   returned: always
   type: list
   elements: dict
@@ -109,7 +110,8 @@ def main():
     try:
         result = worker.restore(p['unit'], p['path'], p['backup'], p['keep'], p['stop_removed'], module.check_mode)
     except (UnitRestoreError, OSError) as exc:
-        module.fail_json(msg=str(exc), **getattr(exc, 'result', {}))
+        # only what ran: a failed restore has no outcome to act on
+        module.fail_json(msg=str(exc), commands=getattr(exc, 'result', {}).get('commands', []))
     module.exit_json(**result)
 
 

@@ -65,12 +65,28 @@ def test_an_unchanged_unit_is_not_written_and_systemd_not_reloaded(tmp_path):
 
 def test_a_first_deployment_is_stopped_and_removed_on_rollback(tmp_path):
     path, backup = files(tmp_path, backup=None)
-    run = Systemctl(fail=('stop',))               # a failed stop is reported, not raised
+    run = Systemctl()
     result = restore(tmp_path, run, path=path, backup=backup, stop_removed=True)
     assert not os.path.lexists(path)
     assert result['outcome'] == 'removed' and result['stopped'] is True
     assert run.calls == [['stop', UNIT], ['daemon-reload'], ['reset-failed', UNIT]]
+
+
+def test_a_failed_stop_of_a_unit_no_longer_active_still_removes_it(tmp_path):
+    path, backup = files(tmp_path, backup=None)
+    run = Systemctl(fail=('stop', 'is-active'))   # is-active exits non-zero: not active
+    result = restore(tmp_path, run, path=path, backup=backup, stop_removed=True)
+    assert not os.path.lexists(path) and result['stopped'] is True
     assert result['commands'][0] == {'argv': ['systemctl', 'stop', UNIT], 'rc': 1, 'stderr': 'boom'}
+
+
+def test_a_failed_stop_of_a_running_unit_leaves_its_file_and_fails(tmp_path):
+    path, backup = files(tmp_path, backup=None)
+    run = Systemctl(fail=('stop',))               # is-active answers 0: still running
+    with pytest.raises(ur.UnitRestoreError) as exc:
+        restore(tmp_path, run, path=path, backup=backup, stop_removed=True)
+    assert 'systemctl stop %s failed (boom) and the unit is still active' % UNIT in str(exc.value)
+    assert open(path, 'rb').read() == b'new' and run.calls == [['stop', UNIT], ['is-active', UNIT]]
 
 
 def test_held_back_a_first_deployment_loses_its_file_but_is_not_stopped(tmp_path):
@@ -117,7 +133,7 @@ def test_a_linked_backup_is_neither_followed_nor_taken_for_no_backup(tmp_path):
     assert open(path, 'rb').read() == b'new' and run.calls == []      # not removed, not stopped
 
 
-def test_a_unit_file_replaced_by_a_link_is_replaced_not_written_through(tmp_path):
+def test_a_unit_file_that_is_a_link_is_refused_and_its_target_left_alone(tmp_path):
     path, backup = files(tmp_path, unit=None)
     target = tmp_path / 'target'
     target.write_bytes(b'untouched')

@@ -41,3 +41,5 @@ def test_a_failed_reload_fails_the_task(tmp_path):
     assert rc == 1 and result['failed'] is True
     assert result['msg'] == 'systemctl daemon-reload failed after the unit file was put back: failed'
     assert unit.read_text() == 'old\n'
+    assert 'outcome' not in result                # nothing for the rollback to act on
+    assert [c['argv'][1] for c in result['commands']] == ['daemon-reload']
