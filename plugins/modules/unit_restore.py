@@ -10,7 +10,7 @@ DOCUMENTATION = r'''
 ---
 module: unit_restore
 short_description: Put a host's previous service unit back, or take a first deployment's away, in one call
-version_added: "0.1.0"
+version_added: "0.2.0"
 description:
   - The one restore operation of the rollout, for a host held back before its stop (its running server is left
     alone) and for a rollback after a failed restart or gate (the caller then restarts the restored unit).
