@@ -32,6 +32,7 @@ import time
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout as engine
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_store as store_mod
 from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
+from ansible_collections.inkling.fleet.plugins.plugin_utils.controller_files import NotADirectory, make_private_dirs
 
 ARGUMENT_SPEC = dict(
     action=dict(type='str', required=True, choices=['open', 'record', 'step', 'admit', 'close', 'read']),
@@ -67,19 +68,13 @@ def _write(path, text):
 
 
 def _make_dir(path):
-    """The report directory: created 0700 (reports name hosts, images and failures); one that exists
-    keeps its mode. A link or a file there is refused."""
-    if not os.path.lexists(path):
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            # another host's fork may make either at the same moment (preflight_report's race, stop 52)
-            os.makedirs(parent, 0o700, exist_ok=True)
-            os.mkdir(path, 0o700)
-            os.chmod(path, 0o700)
-        except FileExistsError:
-            pass
-    if not os.path.isdir(path):
-        raise JournalError('%s is not a directory' % path)
+    """The report directory: created 0700 (reports name hosts, images and failures), with its parents,
+    also when another host's fork makes it at the same moment; one that exists keeps its mode. A file
+    there is refused."""
+    try:
+        make_private_dirs(path, 0o700, set_mode=False)
+    except NotADirectory as exc:
+        raise JournalError(str(exc))
 
 
 def _start_ticks(pid):

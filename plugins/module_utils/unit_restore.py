@@ -22,9 +22,9 @@ __metaclass__ = type
 
 import errno
 import os
-import stat
 
-from ansible_collections.inkling.fleet.plugins.module_utils.nofollow import open_dir, write_atomic
+from ansible_collections.inkling.fleet.plugins.module_utils.nofollow import (
+    lexists, open_dir, open_regular, write_atomic)
 
 UNIT_LIMIT = 1024 * 1024
 
@@ -36,9 +36,9 @@ class UnitRestoreError(Exception):
 
 
 def _read(path):
-    """The bytes of a regular file, opened once without following a link (O_NOFOLLOW); None when
-    absent. A link or anything but a regular file raises: restoring through it, or taking it for "no
-    backup" (and removing the unit), would both be wrong."""
+    """The bytes of a regular file, opened without following a link (nofollow.open_regular); None
+    when absent. A link or anything but a regular file raises: restoring through it, or taking it for
+    "no backup" (and removing the unit), would both be wrong."""
     directory, name = os.path.split(path)
     try:
         fd = open_dir(directory or '.')
@@ -47,38 +47,18 @@ def _read(path):
             return None
         raise
     try:
-        try:
-            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0),
-                              dir_fd=fd)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
+        file_fd = open_regular(name, fd)
+        if file_fd is None:
+            if not lexists(name, fd):
                 return None
-            if exc.errno != errno.ELOOP:
-                raise
-            file_fd = None
+            raise UnitRestoreError('%s is not a regular file (a link or another kind of file); nothing was '
+                                   'changed. Remedy: look at what put it there, remove it and run again' % path, {})
         try:
-            if file_fd is None or not stat.S_ISREG(os.fstat(file_fd).st_mode):
-                raise UnitRestoreError('%s is not a regular file (a link or another kind of file); nothing was '
-                                       'changed. Remedy: look at what put it there, remove it and run again'
-                                       % path, {})
-            return _read_all(file_fd)
+            return os.read(file_fd, UNIT_LIMIT)
         finally:
-            if file_fd is not None:
-                os.close(file_fd)
+            os.close(file_fd)
     finally:
         os.close(fd)
-
-
-def _read_all(fd):
-    chunks = []
-    size = 0
-    while size < UNIT_LIMIT:
-        chunk = os.read(fd, UNIT_LIMIT - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b''.join(chunks)
 
 
 def plan(unit_content, backup_content, keep=False):

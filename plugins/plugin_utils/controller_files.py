@@ -16,9 +16,9 @@ class NotADirectory(Exception):
     pass
 
 
-def make_private_dirs(directory, mode=0o700):
+def make_private_dirs(directory, mode=0o700, set_mode=True):
     """Create ``directory`` and each missing parent with ``mode``, as ansible.builtin.file
-    state=directory does, and give an existing ``directory`` that mode. Another fork of the same
+    state=directory does, and (``set_mode``) give an existing ``directory`` that mode. Another fork of the same
     task may create any of them at the same moment: that is not an error. A file or a link to a
     file where a directory belongs raises NotADirectory. Returns whether this call changed anything."""
     changed = False
@@ -40,7 +40,7 @@ def make_private_dirs(directory, mode=0o700):
             continue            # made by a parallel fork a moment ago
         os.chmod(path, mode)
         changed = True
-    if stat.S_IMODE(os.stat(directory).st_mode) != mode:
+    if set_mode and stat.S_IMODE(os.stat(directory).st_mode) != mode:
         os.chmod(directory, mode)
         changed = True
     return changed
