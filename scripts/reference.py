@@ -92,18 +92,18 @@ class Formatter(md.MDFormatter):
 FORMATTER = Formatter()
 
 
-def text(value, plugin=None):
+def text(value):
     """Ansible markup (a string or a list of paragraphs) as one line of Markdown for a table cell or a paragraph."""
     if value is None:
         return ''
     paragraphs = value if isinstance(value, list) else [value]
-    context = parser.Context(current_plugin=plugin)
+    context = parser.Context()
     return md.to_md(parser.parse([str(p) for p in paragraphs], context), formatter=FORMATTER, par_start='',
                     par_end=' ').strip()
 
 
-def cell(value, plugin=None):
-    return text(value, plugin).replace('|', '\\|').replace('\n', ' ')
+def cell(value):
+    return text(value).replace('|', '\\|').replace('\n', ' ')
 
 
 def literal(value):
@@ -112,13 +112,17 @@ def literal(value):
     return '`%s`' % json.dumps(value, sort_keys=True).replace('|', '\\|')
 
 
-def option_rows(options, plugin, prefix=''):
+def kind_of(spec, default):
+    """The type column: the type, and its elements for a list."""
+    kind = spec.get('type', default)
+    return '%s of %s' % (kind, spec['elements']) if spec.get('elements') else kind
+
+
+def option_rows(options, prefix=''):
     rows = []
     for name in sorted(options or {}):
         spec = options[name] or {}
-        kind = spec.get('type', 'str')
-        if spec.get('elements'):
-            kind = '%s of %s' % (kind, spec['elements'])
+        kind = kind_of(spec, 'str')
         if spec.get('required'):
             need = 'required'
         elif 'default' in spec:
@@ -127,24 +131,22 @@ def option_rows(options, plugin, prefix=''):
             need = ''
         if spec.get('choices'):
             need = (need + '; ' if need else '') + 'one of ' + ', '.join(literal(c) for c in spec['choices'])
-        rows.append('| `%s%s` | %s | %s | %s |' % (prefix, name, kind, need, cell(spec.get('description'), plugin)))
+        rows.append('| `%s%s` | %s | %s | %s |' % (prefix, name, kind, need, cell(spec.get('description'))))
         sub = spec.get('suboptions') or spec.get('options')
         if sub:
-            rows.extend(option_rows(sub, plugin, prefix + name + '.'))
+            rows.extend(option_rows(sub, prefix + name + '.'))
     return rows
 
 
-def return_rows(returns, plugin, prefix=''):
+def return_rows(returns, prefix=''):
     rows = []
     for name in sorted(returns or {}):
         spec = returns[name] or {}
-        kind = spec.get('type', '')
-        if spec.get('elements'):
-            kind = '%s of %s' % (kind, spec['elements'])
-        returned = cell(spec.get('returned', ''), plugin)
-        rows.append('| `%s%s` | %s | %s | %s |' % (prefix, name, kind, returned, cell(spec.get('description'), plugin)))
+        kind = kind_of(spec, '')
+        returned = cell(spec.get('returned', ''))
+        rows.append('| `%s%s` | %s | %s | %s |' % (prefix, name, kind, returned, cell(spec.get('description'))))
         if spec.get('contains'):
-            rows.extend(return_rows(spec['contains'], plugin, prefix + name + '.'))
+            rows.extend(return_rows(spec['contains'], prefix + name + '.'))
     return rows
 
 
@@ -169,17 +171,16 @@ def modules_page():
     lines.append('')
     for name in names:
         doc = docs[name]['doc']
-        plugin = None
-        lines += ['## %s' % name, '', text(doc.get('short_description'), plugin), '']
-        lines += ['- ' + text(p, plugin) for p in (doc.get('description') or [])]
+        lines += ['## %s' % name, '', text(doc.get('short_description')), '']
+        lines += ['- ' + text(p) for p in (doc.get('description') or [])]
         lines.append('')
         support = ['%s: %s' % (k, v.get('support')) for k, v in sorted((doc.get('attributes') or {}).items())]
         if support:
             lines += ['Support: %s.' % ', '.join(support), '']
         lines += ['### Options', ''] + table(['option', 'type', 'required / default', 'description'],
-                                             option_rows(doc.get('options'), plugin))
+                                             option_rows(doc.get('options')))
         lines += ['### Return values', ''] + table(['key', 'type', 'returned', 'description'],
-                                                   return_rows(docs[name].get('return'), plugin))
+                                                   return_rows(docs[name].get('return')))
     return lines
 
 
@@ -200,7 +201,7 @@ def roles_page():
             lines += ['### Entry point `%s`' % entry, '', text(spec.get('short_description')), '']
             lines += ['- ' + text(p) for p in (spec.get('description') or [])]
             lines += [''] if spec.get('description') else []
-            lines += table(['variable', 'type', 'required / default', 'description'], option_rows(spec.get('options'), None))
+            lines += table(['variable', 'type', 'required / default', 'description'], option_rows(spec.get('options')))
     return lines
 
 
@@ -219,9 +220,9 @@ def filters_page():
         if doc.get('positional'):
             lines += ['Positional: %s.' % ', '.join('`%s`' % p for p in doc['positional']), '']
         lines += ['### Input and options', ''] + table(['option', 'type', 'required / default', 'description'],
-                                                       option_rows(doc.get('options'), None))
+                                                       option_rows(doc.get('options')))
         lines += ['### Returns', ''] + table(['key', 'type', 'returned', 'description'],
-                                             return_rows(docs[name].get('return'), None))
+                                             return_rows(docs[name].get('return')))
     return lines
 
 
