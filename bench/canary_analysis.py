@@ -109,8 +109,8 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.runs, args.requests, args.max_tokens = 1, 4, 16
-    with open(os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')) as fh:
-        prompts = analysis.select(yaml.safe_load(fh)['rollout_analysis_golden_set'], ['text', 'image', 'audio'])
+    with open(os.path.join(REPO, 'data', 'golden_set.yml')) as fh:
+        prompts = analysis.select(yaml.safe_load(fh)['prompts'], ['text', 'image', 'audio'])
     tmp = tempfile.mkdtemp(prefix='bench-analysis.')
     hub(os.path.join(tmp, 'hub'))
     proc, url = start(tmp)

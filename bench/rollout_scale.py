@@ -143,7 +143,7 @@ class Bench(object):
         for release in ('a', 'b'):
             with open(os.path.join(self.work, 'release-%s.yml' % release), 'w') as handle:
                 handle.write('# release %s of the benchmark: one environment entry of the H200 variant\n'
-                             'preflight_variant_overrides_bench:\n  sm90-patched:\n    env:\n'
+                             'inkling_variant_overrides_bench:\n  sm90-patched:\n    env:\n'
                              '      INKLING_BENCH_RELEASE: "%s"\n' % (release.upper(), release))
 
     def write_inventory(self, directory, hosts):

@@ -116,7 +116,7 @@ def overrides_file(digest, tag, path, extra=None):
     # every entry of the lab's table (inventory/lab): an -e layer replaces the inventory's, and play 0 refuses an
     # entry that runs remote code from a branch (docs/variants.md, "Pinned revisions")
     names = ['sm90-patched', 'sm90-upstream', 'sm100', 'sm90-small-tp2', 'sm100-small-tp2', 'sm90-h100-2node']
-    data = {'preflight_variant_overrides': dict((n, {'image': image, 'model': model}) for n in names),
+    data = {'inkling_variant_overrides': dict((n, {'image': image, 'model': model}) for n in names),
             'rollout_serial': SERIAL, 'rollout_report_dir': os.path.join(os.path.dirname(path), 'reports')}
     data.update(extra or {})
     with open(path, 'w') as f:

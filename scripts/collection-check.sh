@@ -34,6 +34,7 @@ for bad in reports/ inventory/lab/ lab/ molecule/ tests/ bench/ scripts/ .venv/ 
 done
 for want in MANIFEST.json FILES.json README.md LICENSE meta/runtime.yml playbooks/deploy_inkling.yml \
     roles/preflight/meta/argument_specs.yml roles/rollout/tasks/main.yml plugins/modules/inkling_variant.py data/variants.yml \
+    data/deployment.yml data/golden_set.yml \
     inventory/example/hosts.yml docs/operator-guide.md meta/execution-environment.yml bindep.txt; do
   grep -qx "$want" <<<"$listing" || fail "the tarball lacks $want"
 done
@@ -113,13 +114,19 @@ for r in "$inst"/roles/*/; do
 done
 echo "collection-check: ansible-doc for $n roles: ok"
 
-# The variant table is collection data: the inkling_variant action reads data/variants.yml from
-# the installed collection. A host with no GPU is refused by the table's rules; a table the
-# action cannot find would fail with the file's name instead.
+# The deployment's defaults, the variant table and the golden set are collection data: the
+# inkling_variant action reads data/deployment.yml and data/variants.yml, the analysis_prompts
+# filter data/golden_set.yml, from the installed collection. A host with no GPU is refused by
+# the table's rules (for the model the data names); a file the plugins cannot find would fail
+# with the file's name instead.
 out=$(ansible -i hosts gpu-01 -e ansible_python_interpreter="$(command -v python)" -m inkling.fleet.inkling_variant \
-  -a '{"gpu": {"gpu_count": 0, "gpus": [], "compute_caps": []}, "model": "thinkingmachines/Inkling-NVFP4", "tensor_parallel_size": 8}' 2>&1) || true
+  -a '{"gpu": {"gpu_count": 0, "gpus": [], "compute_caps": []}}' 2>&1) || true
 grep -q '"refusals"' <<<"$out" || fail "inkling.fleet.inkling_variant from the installed collection: $out"
-echo "collection-check: inkling_variant reads the installed collection's table: ok"
+grep -q 'thinkingmachines/Inkling-NVFP4' <<<"$out" || fail "inkling.fleet.inkling_variant from the installed collection: $out"
+out=$(ansible -i hosts gpu-01 -m ansible.builtin.debug -a 'msg={{ none | inkling.fleet.analysis_prompts | length }}' 2>&1) ||
+  fail "inkling.fleet.analysis_prompts from the installed collection: $out"
+grep -Eq '"msg": "?10"?$' <<<"$out" || fail "inkling.fleet.analysis_prompts from the installed collection: $out"
+echo "collection-check: inkling_variant and analysis_prompts read the installed collection's data: ok"
 
 # What the execution environment's build runs on the collection: its introspect step (the
 # generated Containerfile's `introspect.py introspect`, here the same code through

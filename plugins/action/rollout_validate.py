@@ -9,14 +9,10 @@ plugins/plugin_utils/variant_table.py."""
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
 
-import os
-
-import yaml
-
 from ansible import context
 from ansible_collections.inkling.fleet.plugins.module_utils import rollout_validate as checks
 from ansible_collections.inkling.fleet.plugins.module_utils import variant as variants
-from ansible_collections.inkling.fleet.plugins.plugin_utils import variant_table
+from ansible_collections.inkling.fleet.plugins.plugin_utils import collection_data, variant_table
 from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 
 ARGUMENT_SPEC = dict(
@@ -26,22 +22,6 @@ ARGUMENT_SPEC = dict(
 )
 
 ROLLOUT_VARS = [name for name, _k, _c, _e in checks.RULES] + ['rollout_serial']
-PREFLIGHT_DEFAULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'preflight', 'defaults', 'main',
-                                  'main.yml')
-GOLDEN_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'rollout', 'defaults', 'main',
-                           'golden_set.yml')
-
-
-def _shipped_golden_set():
-    with open(GOLDEN_FILE) as f:
-        return yaml.safe_load(f)['rollout_analysis_golden_set']
-
-
-def _shipped_model():
-    """The preflight role's defaults for the model and the tensor parallel size (plain values)."""
-    with open(PREFLIGHT_DEFAULTS) as f:
-        data = yaml.safe_load(f)
-    return data['preflight_model'], data['preflight_tensor_parallel_size']
 
 
 def _get(hv, name):
@@ -52,6 +32,12 @@ def _get(hv, name):
         return True, hv[name], None
     except Exception as e:  # an undefined variable inside it, a template error  # pylint: disable=broad-except
         return True, None, str(getattr(e, 'message', e)).splitlines()[0]
+
+
+def _some(hosts, shown=3):
+    """The first few of a list of hosts, for a message that must stay one line at any fleet size."""
+    more = len(hosts) - shown
+    return ', '.join(hosts[:shown]) + (' and %d more' % more if more > 0 else '')
 
 
 class ActionModule(InklingAction):
@@ -67,8 +53,9 @@ class ActionModule(InklingAction):
             task_vars.get('ansible_run_tags'), task_vars.get('ansible_skip_tags'),
             play_pattern=self._play_pattern(), hosts=groups.get('all', []), groups=list(groups))
         hostvars = task_vars.get('hostvars', {})
-        golden = _shipped_golden_set()
+        golden = collection_data.golden_set()
         per_host = {}
+        old_names = {}
         plan = serial = None
         for host in targets:
             hv = hostvars[host]
@@ -87,7 +74,10 @@ class ActionModule(InklingAction):
                     problems.append('%s cannot be resolved: %s. Every secret the run needs must resolve before '
                                     'anything runs: define it (ansible-vault) and run with --ask-vault-pass or '
                                     '--vault-password-file' % (name, error))
-            problems.extend(self._table_problems(hv))
+            names = list(hv)
+            problems.extend(self._table_problems(hv, names))
+            for old, new in variant_table.deprecated(names):
+                old_names.setdefault((old, new), []).append(host)
             prompts, prompt_problems = self._golden_set(hv, golden)
             problems.extend(prompt_problems)
             if plan is None and not prompt_problems:
@@ -107,6 +97,12 @@ class ActionModule(InklingAction):
             warning = checks.forks_warning(context.CLIARGS.get('forks'), targets, serial)
             if warning:
                 result['warnings'] = [warning]
+        if old_names:
+            result['deprecations'] = [
+                dict(msg='%s (set for %d host(s): %s) is the old name of %s; rename it in the inventory'
+                     % (old, len(hosts), _some(hosts), new),
+                     version=variant_table.REMOVED_IN, collection_name='inkling.fleet')
+                for (old, new), hosts in sorted(old_names.items())]
         result['analysis_plan'] = plan or ''
         return result
 
@@ -136,7 +132,7 @@ class ActionModule(InklingAction):
         return analysis.merge_prompts(shipped if golden is None else golden, extra), []
 
     @staticmethod
-    def _table_problems(hv):
+    def _table_problems(hv, names):
         unresolved = []
 
         def get(name):
@@ -146,23 +142,18 @@ class ActionModule(InklingAction):
                 raise variants.VariantTableError(unresolved[-1:])
             return value
         try:
-            merged, dummy = variant_table.effective(list(hv), get)
+            problems = variant_table.conflicts(names, get)
+            merged, dummy = variant_table.effective(names, get)
+            deployment = variant_table.deployment(names, get)
         except variants.VariantTableError as e:
             if unresolved:
                 return unresolved[:1]
-            return ['variant table (with preflight_variant_overrides): %s. Remedy: fix the override (docs/variants.md)'
+            return ['variant table (with inkling_variant_overrides): %s. Remedy: fix the override (docs/variants.md)'
                     % err for err in e.errors]
-        # remote code runs only from a pinned commit: every entry this host could be given (issue 36, finding 6)
-        values = list(_shipped_model())
-        for index, name in enumerate(('preflight_model', 'preflight_tensor_parallel_size')):
-            present, value, error = _get(hv, name)
-            if error:
-                return ['%s cannot be resolved: %s' % (name, error)]
-            if present:
-                values[index] = value
         try:
-            tp_size = int(values[1])
+            tp_size = int(deployment['tensor_parallel_size'])
         except (TypeError, ValueError):
-            return []   # the preflight role's argument spec names it
-        return ['variant table (with preflight_variant_overrides): %s' % problem
-                for problem in variants.unpinned_candidates(merged, values[0], tp_size)]
+            return problems   # the preflight role's argument spec names it
+        # remote code runs only from a pinned commit: every entry this host could be given (issue 36, finding 6)
+        return problems + ['variant table (with inkling_variant_overrides): %s' % problem
+                           for problem in variants.unpinned_candidates(merged, deployment['model'], tp_size)]

@@ -8,11 +8,14 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.inkling.fleet.plugins.module_utils import analysis
+from ansible_collections.inkling.fleet.plugins.plugin_utils import collection_data
 
 
-def analysis_prompts(shipped, extra=None):
-    """The golden set the rollout asks: the shipped set with the inventory's entries."""
-    merged = analysis.merge_prompts(shipped or [], extra or [])
+def analysis_prompts(golden, extra=None):
+    """The golden set the rollout asks: the inventory's whole set (``golden``), or when it is null
+    the collection's (data/golden_set.yml), with the inventory's entries."""
+    base = collection_data.golden_set() if golden is None else golden
+    merged = analysis.merge_prompts(base, extra or [])
     problems = analysis.validate_prompts(merged)
     if problems:
         raise AnsibleFilterError('the golden set is not valid: ' + '; '.join(problems))

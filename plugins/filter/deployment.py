@@ -2,7 +2,7 @@
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
 """Filters of the rollout: the deployment contract (plugins/module_utils/contract.py), restart
-reasons (rollout.py), variant override layers and the remote code pin (variant.py)."""
+reasons (rollout.py) and the remote code pin (variant.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -30,13 +30,6 @@ def restart_reasons(after, before, active, unit_changed=False):
     return rollout.restart_reasons(before, after, bool(active), bool(unit_changed))
 
 
-def merge_variant_overrides(values, names):
-    try:
-        return variant_table.merge_overrides(list(zip(names, values)))
-    except variant_table.VariantTableError as e:
-        raise AnsibleFilterError('; '.join(e.errors))
-
-
 def remote_code_problem(variant, revision=None):
     """'' or why the variant runs remote code from a revision that is not a 40-hex commit (issue 36, finding 6)."""
     if not isinstance(variant, dict):
@@ -50,5 +43,4 @@ def remote_code_problem(variant, revision=None):
 class FilterModule(object):
     def filters(self):
         return {'deployment_contract': deployment_contract, 'deployment_pinned': deployment_pinned,
-                'restart_reasons': restart_reasons, 'merge_variant_overrides': merge_variant_overrides,
-                'remote_code_problem': remote_code_problem}
+                'restart_reasons': restart_reasons, 'remote_code_problem': remote_code_problem}

@@ -216,7 +216,7 @@ def judge(host, image, answer, compute_caps, rc=0, stderr=''):
                          'message': '%s rejects the unit\'s arguments: %s' % (
                              'vLLM %s' % answer.get('vllm_version', '?'), answer.get('args_error') or 'unknown error'),
                          'remedy': 'change the variant\'s vllm_args for this vLLM version '
-                                   '(preflight_variant_overrides), or use an image whose vLLM accepts them'})
+                                   '(inkling_variant_overrides), or use an image whose vLLM accepts them'})
     return _verdict(host, image, answer, failures, versions)
 
 

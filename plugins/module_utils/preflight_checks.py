@@ -508,7 +508,7 @@ def check_variant(variant, variant_error, host, refusals=None, failed_checks=(),
         error = (variant_error or 'no variant selected').strip()
         checks.append(result(
             'variant', False, error, expected,
-            remedy='fix the variant table or preflight_variant_overrides as the message says',
+            remedy='fix the variant table or inkling_variant_overrides as the message says',
             message='no Inkling variant for %s: %s' % (host, error)))
     return checks
 
@@ -622,7 +622,7 @@ def gpu_count_remedy(count, tensor_parallel_size, refusals=None):
         return ('a GPU is missing or was not detected: check `nvidia-smi -L`, dmesg (Xid/fallen off the bus) and '
                 'the hardware; tensor parallel size %d needs %d GPUs' % (tensor_parallel_size, tensor_parallel_size))
     return ('serve from a host with exactly %d GPUs, or add a tested entry of tensor parallel size %d through '
-            'preflight_variant_overrides and set preflight_tensor_parallel_size to %d'
+            'inkling_variant_overrides and set inkling_tensor_parallel_size to %d'
             % (tensor_parallel_size, count, count))
 
 
@@ -1110,7 +1110,7 @@ def check_mounts(variant, exists=None):
         if 'cubin' in source or 'cubin' in (mount.get('target') or ''):
             remedy += (' (FlashInfer cubins: run `flashinfer download-cubin` with the FlashInfer version of the '
                        'variant\'s image on a connected machine and copy the tree there; see docs/variants.md)')
-        remedy += ', or change the variant\'s mounts with preflight_variant_overrides'
+        remedy += ', or change the variant\'s mounts with inkling_variant_overrides'
         checks.append(result(
             'variant.mounts', bool(found), '%s %s' % (source, 'exists' if found else 'is missing'),
             'every host path the variant %s mounts exists' % variant.get('name'), remedy=remedy,
@@ -1233,7 +1233,7 @@ def evaluate(host, gpu=None, gpu_error=None, host_facts=None, variant=None, vari
     if variant and not model_size:
         checks.append(result('host.disk_model_size', False, 'model.size_bytes unknown for %s' % variant.get('name'),
                              'a known download size', level='warning',
-                             remedy='set model.size_bytes for this variant (preflight_variant_overrides)',
+                             remedy='set model.size_bytes for this variant (inkling_variant_overrides)',
                              message='free space for the model snapshot not checked: variant %s has no '
                                      'model.size_bytes' % variant.get('name')))
     checks += check_mounts(variant, mount_sources)

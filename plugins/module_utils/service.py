@@ -117,7 +117,7 @@ def input_problems(variant, host='', image='', revision='', served_model_name=''
         if clash:
             problems.append(
                 '%svariant %s sets %s in vllm_args; the service role adds %s itself (from service_* variables). '
-                'Remove them from the variant (preflight_variant_overrides).'
+                'Remove them from the variant (inkling_variant_overrides).'
                 % (prefix, name, ', '.join(clash), ', '.join(reserved)))
     return problems
 

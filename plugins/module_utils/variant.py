@@ -221,7 +221,7 @@ def remote_code_problem(name, entry):
         return None
     return ('entry %r: vllm_args have %s, which runs the Python code of %s as the server, but model.revision is %r, '
             'not a 40-hex commit: the code would be whatever commit it names when a host stages. Remedy: pin '
-            'model.revision to the commit you validated, in lower case (preflight_variant_overrides: {%s: {model: '
+            'model.revision to the commit you validated, in lower case (inkling_variant_overrides: {%s: {model: '
             '{revision: <40-hex>}}}; the hub\'s commit of a branch: GET <hub>/api/models/%s/revision/%s, field sha), '
             'or disable the entry (enabled: false); docs/variants.md, "Pinned revisions"'
             % (name, REMOTE_CODE_FLAG, model.get('repo_id'), revision, name, model.get('repo_id'), revision or 'main'))
@@ -757,7 +757,7 @@ def _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size, gp
         disabled = sorted(n for n, e in merged.items() if not e.get('enabled', True)
                           and isinstance(e.get('model'), dict) and e['model'].get('repo_id') == model)
         return ('%s: no enabled variant serves model %s%s; enabled entries serve %s. Remedy: fix the model name, '
-                'or add an entry through preflight_variant_overrides.'
+                'or add an entry through inkling_variant_overrides.'
                 % (host, model, ' (disabled: %s)' % ', '.join(disabled) if disabled else '', ', '.join(known)))
     for_cap = [(n, e) for n, e in for_model if cap in e['compute_caps']]
     if not for_cap:
@@ -766,7 +766,7 @@ def _no_entry_reason(host, enabled, merged, model, cap, tensor_parallel_size, gp
         if cap == '10.3':
             notes = (' B300/GB300 (10.3) is not listed by the vLLM recipe for %s; no entry claims it.' % model)
         return ('%s: found compute capability %s; no enabled variant of %s supports it (supported: %s).%s Remedy: '
-                'run this model on supported GPUs, or add a tested entry through preflight_variant_overrides.'
+                'run this model on supported GPUs, or add a tested entry through inkling_variant_overrides.'
                 % (host, cap, model, ', '.join(caps), notes))
     sizes = sorted(set(e['tensor_parallel_size'] for _n, e in for_cap))
     return ('%s: no enabled variant of %s on compute capability %s uses tensor parallel size %d (entries use %s). '
@@ -781,7 +781,7 @@ def tensor_parallel_advice(gpu, model, single, multi, cap):
     and only when an enabled entry of ``model`` for compute capability ``cap`` uses it and the
     host's GPUs hold the model (``single``: single-host entries; ``multi``: multi-node ones, taken
     as a replica of identical hosts). Otherwise ``fixed`` is False and the text says plainly that
-    no setting of preflight_tensor_parallel_size fixes it, and what does (a host with enough such
+    no setting of inkling_tensor_parallel_size fixes it, and what does (a host with enough such
     GPUs, a replica), never the variant overrides: the count is a host problem."""
     gpus = gpu.get('gpus') or []
     count = gpu.get('gpu_count', len(gpus))
@@ -798,30 +798,30 @@ def tensor_parallel_advice(gpu, model, single, multi, cap):
 
     for name, entry in entries(single):
         if count and entry['tensor_parallel_size'] == count and have >= need(entry):
-            return True, ('set preflight_tensor_parallel_size to %d: entry %s serves %s on %d such GPUs'
+            return True, ('set inkling_tensor_parallel_size to %d: entry %s serves %s on %d such GPUs'
                           % (count, name, model, count))
     for name, entry in entries(multi):
         if count and entry['tensor_parallel_size'] == count and have * _nodes(entry) >= need(entry):
             return True, ('group %d identical hosts into a replica (host variable inkling_replica: <name> on each; '
-                          'docs/variants.md, "Multi-node replicas") and set preflight_tensor_parallel_size to %d: '
+                          'docs/variants.md, "Multi-node replicas") and set inkling_tensor_parallel_size to %d: '
                           'entry %s serves %s across %d such hosts'
                           % (_nodes(entry), count, name, model, _nodes(entry)))
     sizes = sorted(set(e['tensor_parallel_size'] for _n, e in entries(single)))
     text = ('this host cannot serve %s alone: no enabled variant for compute capability %s uses its %d GPU(s)%s, '
-            'so no setting of preflight_tensor_parallel_size fixes it; '
+            'so no setting of inkling_tensor_parallel_size fixes it; '
             % (model, cap, count, (' (entries use tensor parallel size %s)' % ', '.join(str(x) for x in sizes))
                if sizes else ''))
     ways = []
     bigger = sorted(set(e['tensor_parallel_size'] for _n, e in entries(single)
                         if per_gpu * e['tensor_parallel_size'] >= need(e) and e['tensor_parallel_size'] != count))
     if bigger:
-        ways.append('serve it from a host with %s such GPUs (and preflight_tensor_parallel_size set to that number)'
+        ways.append('serve it from a host with %s such GPUs (and inkling_tensor_parallel_size set to that number)'
                     % ' or '.join(str(x) for x in bigger))
     for name, entry in ([] if bigger else entries(multi)):
         if per_gpu * entry['tensor_parallel_size'] * _nodes(entry) >= need(entry):
             ways.append('group %d identical hosts of %d such GPUs into a replica (entry %s; docs/variants.md, '
                         '"Multi-node replicas")' % (_nodes(entry), entry['tensor_parallel_size'], name))
-    # never "add an entry through preflight_variant_overrides" here: a GPU count that no entry serves is a host
+    # never "add an entry through inkling_variant_overrides" here: a GPU count that no entry serves is a host
     # problem (a missing GPU, the wrong machine), and the table is changed for a tested build, not for a host
     if not ways:
         ways.append('use GPUs with more memory')

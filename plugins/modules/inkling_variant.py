@@ -27,44 +27,52 @@ description:
     incomplete group or members that differ (see O(replica)).
   - Validates the table itself, for example that every image reference names its registry host.
   - Makes no change on the host; runs the same in check mode.
-  - An action plugin runs first, on the controller, and fills in O(table), O(schema_version) and
-    O(overrides) when the task leaves them out (plugins/plugin_utils/variant_table.py, the same
-    code that C(inkling.fleet.rollout_validate) checks the table with).
+  - An action plugin runs first, on the controller, and fills in O(model), O(tensor_parallel_size),
+    O(table), O(schema_version) and O(overrides) when the task leaves them out, from the host's
+    deployment variables (C(inkling_model), C(inkling_tensor_parallel_size), C(inkling_variant_table),
+    C(inkling_variant_overrides) and its layers) or the collection's data (C(data/deployment.yml),
+    C(data/variants.yml)). It is the same code (plugins/plugin_utils/variant_table.py) that
+    C(inkling.fleet.rollout_validate) checks them with. The names of release 0.1.0
+    (C(preflight_model), C(preflight_tensor_parallel_size), C(preflight_variant_table),
+    C(preflight_variant_overrides) and its layers) are still read, until release 0.3.0.
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
   gpu:
     description:
       - The GPU facts of the host, as returned by M(inkling.fleet.nvidia_gpu_info) in C(nvidia_gpu).
+      - Null (the host has no GPU facts), the action plugin skips the pick and returns only
+        RV(deployment).
     type: dict
     required: true
   model:
     description:
       - The Hugging Face repo id of the model, for example C(thinkingmachines/Inkling-NVFP4).
+      - When omitted or null, the action plugin fills it in from the host's C(inkling_model), or
+        else the collection's, C(data/deployment.yml).
     type: str
-    required: true
   tensor_parallel_size:
     description:
       - The tensor parallel size to serve with.
+      - When omitted or null, the host's C(inkling_tensor_parallel_size), or else the collection's.
     type: int
-    required: true
   table:
     description:
       - The variant table, a dict keyed by variant name (see C(docs/variants.md)).
       - When omitted or null, the action plugin fills it in on the controller from the host's
-        C(preflight_variant_table), or else the collection's table, C(data/variants.yml).
+        C(inkling_variant_table), or else the collection's table, C(data/variants.yml).
     type: dict
   schema_version:
     description:
       - The schema version the table was written for. This module reads schema version 1.
-      - When omitted or null, the host's C(preflight_variant_table_schema_version), or else the
+      - When omitted or null, the host's C(inkling_variant_table_schema_version), or else the
         collection table's.
     type: int
   overrides:
     description:
       - Entries to add or change, keyed by variant name, merged recursively into O(table).
-      - When omitted or null, the action plugin merges the host's C(preflight_variant_overrides)
-        and every C(preflight_variant_overrides_<suffix>) variable, in name order (later wins).
+      - When omitted or null, the action plugin merges the host's C(inkling_variant_overrides)
+        and every C(inkling_variant_overrides_<suffix>) variable, in name order (later wins).
         Pass V({}) for no overrides at all.
     type: dict
   host:
@@ -136,6 +144,12 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+deployment:
+  description:
+    - The model and the tensor parallel size the pick was made for (filled in by the action plugin).
+  returned: always, unless the host's variables cannot be resolved
+  type: dict
+  sample: {model: thinkingmachines/Inkling-NVFP4, tensor_parallel_size: 8}
 variant:
   description:
     - The selected entry, with every optional key filled (see C(docs/architecture.md)).
@@ -248,8 +262,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             gpu=dict(type='dict', required=True),
-            model=dict(type='str', required=True),
-            tensor_parallel_size=dict(type='int', required=True),
+            model=dict(type='str'),
+            tensor_parallel_size=dict(type='int'),
             table=dict(type='dict'),
             schema_version=dict(type='int'),
             overrides=dict(type='dict'),
@@ -266,8 +280,9 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    if params['table'] is None or params['schema_version'] is None:
-        module.fail_json(msg='table and schema_version are required when the module runs without its action plugin',
+    if any(params[name] is None for name in ('model', 'tensor_parallel_size', 'table', 'schema_version')):
+        module.fail_json(msg='model, tensor_parallel_size, table and schema_version are required when the module '
+                             'runs without its action plugin',
                          reasons=[])
     try:
         variant, reasons = select_variant(

@@ -19,7 +19,7 @@ description:
   - O(pattern) (C(rollout_hosts)) matches no host of the inventory, or none inside C(--limit);
   - C(--tags) or C(--skip-tags) are given (the plays depend on each other);
   - a secret the run needs (O(secrets)) does not resolve, for example an undefined vault variable;
-  - the variant table merged with C(preflight_variant_overrides) is invalid (for example a revision with spaces).
+  - the variant table merged with C(inkling_variant_overrides) is invalid (for example a revision with spaces).
   - An action plugin; it reads the hosts' variables on the controller and connects to no host. The checks are
     C(plugins/module_utils/rollout_validate.py) and C(plugins/module_utils/variant.py).
 author:

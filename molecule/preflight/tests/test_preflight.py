@@ -92,7 +92,7 @@ def test_each_fault_gives_exactly_its_findings(case):
 @pytest.mark.parametrize('case', sorted(FINDINGS))
 def test_no_finding_sends_the_operator_to_the_variant_overrides_for_a_host_problem(case):
     for fail in report(case)['failures']:
-        assert 'preflight_variant_overrides' not in fail['remedy'] + fail['message'], fail
+        assert 'inkling_variant_overrides' not in fail['remedy'] + fail['message'], fail
 
 
 @pytest.mark.parametrize('host,variant', [('mol-pf-ok-h200', 'sm90-patched'), ('mol-pf-ok-b200', 'sm100')])

@@ -78,7 +78,7 @@ def test_every_variant_runs_the_standin_in_the_lab():
     table_file = os.path.join(REPO, 'data', 'variants.yml')
     with open(table_file, encoding='utf-8') as f:
         table = yaml.safe_load(f)['variants']
-    overrides = load_yaml('inventory', 'lab', 'group_vars', 'all', 'lab.yml')['preflight_variant_overrides']
+    overrides = load_yaml('inventory', 'lab', 'group_vars', 'all', 'lab.yml')['inkling_variant_overrides']
     assert sorted(overrides) == sorted(table)
     for name, override in overrides.items():
         assert 'lab_standin_image' in override['image'], name
@@ -133,7 +133,7 @@ def resolve_overrides(inventory_dir, out):
     """Template the lab inventory's variant overrides on the controller; return the process."""
     return subprocess.run(
         [os.path.join(VENV_BIN, 'ansible'), '-i', str(inventory_dir), 'localhost', '-m', 'ansible.builtin.copy',
-         '-a', 'content={{ {"overrides": preflight_variant_overrides, "bad": lab_standin_bad_pinned_reference}'
+         '-a', 'content={{ {"overrides": inkling_variant_overrides, "bad": lab_standin_bad_pinned_reference}'
                ' | to_json }} dest=%s' % out],
         env=ENV, cwd=REPO, capture_output=True, text=True, check=False)
 

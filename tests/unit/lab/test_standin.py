@@ -25,7 +25,7 @@ from inkling_test_helpers import free_port, standin_hub
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
 VARIANTS = os.path.join(REPO, 'data', 'variants.yml')
-GOLDEN = os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')
+GOLDEN = os.path.join(REPO, 'data', 'golden_set.yml')
 ANSWERS = os.path.join(REPO, 'lab', 'standin', 'answers.json')
 REPO_ID = 'thinkingmachines/Inkling-NVFP4'
 REV = '0123456789abcdef0123456789abcdef01234567'
@@ -353,7 +353,7 @@ CANNOT_HEAR = 'I cannot hear any audio in this message.'
 
 def golden_set():
     with open(GOLDEN) as fh:
-        return yaml.safe_load(fh)['rollout_analysis_golden_set']
+        return yaml.safe_load(fh)['prompts']
 
 
 def answer_table():

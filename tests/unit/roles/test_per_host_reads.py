@@ -158,7 +158,7 @@ def fleet(n):
                               'holders': [], 'commit': A, 'run': 'r', 'allow': [],
                               'addresses': dict((h, '10.0.0.1') for h in names)},
         # preflight
-        'preflight_variant_overrides': {}, '__preflight_layers': [],
+        'inkling_variant_overrides': {}, '__preflight_layers': [],
         # rollout
         'rollout_serial': [1, '25%'], 'rollout_canary_per_variant': True,
     }

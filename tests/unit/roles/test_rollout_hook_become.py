@@ -51,6 +51,7 @@ PLAY = '''- name: Hooks and the preflight report on the controller
         preflight_report_dir: "{reports}"
         __preflight_gpu_info: {{nvidia_gpu: {{}}}}
         __preflight_host_facts: {{host_facts: {{}}}}
+        __preflight_variant: {{deployment: {{model: org/model, tensor_parallel_size: 8}}}}
         __preflight_eval: {{report: {{ok: true, failures: [], warnings: [], checks: []}}}}
 '''
 

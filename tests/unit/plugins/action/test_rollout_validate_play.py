@@ -28,7 +28,7 @@ INVENTORY = '''all:
 
 # Every entry a host could be given runs --trust-remote-code: a fleet pins the commit (finding 6).
 COMMIT = '0123456789abcdef0123456789abcdef01234567'
-PINS = '''    preflight_variant_overrides_pins:
+PINS = '''    inkling_variant_overrides_pins:
       sm90-patched: {{model: {{revision: "{c}"}}}}
       sm100: {{model: {{revision: "{c}"}}}}
       sm90-h100-2node: {{model: {{revision: "{c}"}}}}'''.format(c=COMMIT)
@@ -71,7 +71,7 @@ def test_a_host_pattern_that_matches_nothing_is_refused(tmp_path):
 
 def test_a_revision_with_spaces_is_refused_before_staging(tmp_path):
     proc, out = run(tmp_path, pins='',
-                    extra='    preflight_variant_overrides: {sm90-patched: {model: {revision: "my branch"}}}')
+                    extra='    inkling_variant_overrides: {sm90-patched: {model: {revision: "my branch"}}}')
     assert_refused_before_any_host(proc, out)
     assert "entry 'sm90-patched': model.revision must be a branch, tag or commit" in out
     assert "got 'my branch'" in out
@@ -81,17 +81,17 @@ def test_remote_code_from_a_branch_is_refused_for_every_candidate_entry(tmp_path
     """The shipped table runs --trust-remote-code from revision main: whoever moves main (or a peer that
     reports another commit) would choose the code the servers run. Play 0 names each entry a host of this
     model and tensor parallel size could be given, once; entries of another model (Inkling-Small) are not asked."""
-    proc, out = run(tmp_path, pins='', extra='    preflight_variant_overrides: {sm100: {model: {revision: "%s"}}}'
+    proc, out = run(tmp_path, pins='', extra='    inkling_variant_overrides: {sm100: {model: {revision: "%s"}}}'
                     % COMMIT)
     assert_refused_before_any_host(proc, out)
     assert '2 problem(s)' in out
     for name in ('sm90-patched', 'sm90-h100-2node'):
         assert ("entry '%s': vllm_args have --trust-remote-code, which runs the Python code of "
                 "thinkingmachines/Inkling-NVFP4 as the server, but model.revision is 'main', not a 40-hex commit" % name) in out
-        assert 'preflight_variant_overrides: {%s: {model: {revision: <40-hex>}}}' % name in out
+        assert 'inkling_variant_overrides: {%s: {model: {revision: <40-hex>}}}' % name in out
     assert "entry 'sm100'" not in out and 'small-tp2' not in out
     # a tag is no better than a branch; a 40-hex commit in upper case is not what the hub names
-    proc, out = run(tmp_path, pins='', extra='    preflight_variant_overrides: {sm100: {model: {revision: "v1.0"}}, '
+    proc, out = run(tmp_path, pins='', extra='    inkling_variant_overrides: {sm100: {model: {revision: "v1.0"}}, '
                     'sm90-patched: {model: {revision: "%s"}}}' % COMMIT.upper())
     assert_refused_before_any_host(proc, out)
     assert "entry 'sm100': vllm_args have --trust-remote-code" in out and "model.revision is 'v1.0'" in out
@@ -141,3 +141,19 @@ def test_forks_below_the_largest_batch_is_warned(tmp_path):
     said = ' '.join((proc.stdout + proc.stderr).split())
     assert 'forks is 1, below the largest restart batch (2 hosts)' in said, said
     # (enough forks: no warning; tests/unit/plugins/module_utils/test_rollout_validate.py)
+
+
+def test_the_names_of_release_0_1_are_warned_once_and_a_conflict_is_refused(tmp_path):
+    """The deployment variables were renamed in 0.2.0 (docs/variants.md): an old name still works, with
+    one deprecation warning per name for the whole fleet; both names set to different values is refused."""
+    proc, out = run(tmp_path, host3='preflight_model: org/other',
+                    extra='    inkling_model: thinkingmachines/Inkling-NVFP4\n'
+                          '    preflight_variant_overrides_site: {sm100: {priority: 11}}')
+    assert_refused_before_any_host(proc, out)
+    assert ('inkling_model and preflight_model (its old name) are both set, to different values. Remedy: keep only '
+            'inkling_model (on gpu-03)') in out
+    err = ' '.join(proc.stderr.split())   # Ansible prints deprecations on stderr
+    assert err.count('preflight_variant_overrides_site (set for 3 host(s): gpu-01, gpu-02, gpu-03) is the old name '
+                     'of inkling_variant_overrides_site; rename it in the inventory') == 1
+    assert 'preflight_model (set for 1 host(s): gpu-03) is the old name of inkling_model' in err
+    assert "removed from collection 'inkling.fleet' version 0.3.0" in err

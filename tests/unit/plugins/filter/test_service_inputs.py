@@ -68,7 +68,7 @@ def test_the_roles_own_flags():
     assert problems(service_variant=variant) == [
         'gpu-01: variant sm90-patched sets --port, --shutdown-timeout in vllm_args; the service role adds --model, '
         '--revision, --served-model-name, --host, --port, --api-key, --config, --shutdown-timeout itself (from '
-        'service_* variables). Remove them from the variant (preflight_variant_overrides).']
+        'service_* variables). Remove them from the variant (inkling_variant_overrides).']
     # without a drain flag, the variant may pass its own
     assert problems(service_variant=dict(VARIANT, vllm_args=['--shutdown-timeout', '5']),
                     service_shutdown_timeout_flag='') == []

@@ -12,7 +12,7 @@ import yaml
 from ansible_collections.inkling.fleet.plugins.module_utils import analysis as a
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GOLDEN = os.path.join(HERE, '..', '..', '..', '..', 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')
+GOLDEN = os.path.join(HERE, '..', '..', '..', '..', 'data', 'golden_set.yml')
 # The answers a healthy Inkling would give to the shipped set (the lab's stand-in gives these too).
 RIGHT = {'arithmetic-multiply': '391', 'arithmetic-add': '6912', 'fact-capital': 'Paris', 'fact-leap-year': '366',
          'fact-water': 'H2O', 'instruction-uppercase': 'INKLING', 'instruction-primes': '2, 3, 5, 7, 11',
@@ -21,7 +21,7 @@ RIGHT = {'arithmetic-multiply': '391', 'arithmetic-add': '6912', 'fact-capital':
 
 def golden():
     with open(GOLDEN) as f:
-        return yaml.safe_load(f)['rollout_analysis_golden_set']
+        return yaml.safe_load(f)['prompts']
 
 
 def ok(text, finish='stop'):

@@ -118,7 +118,7 @@ def test_an_unknown_flag_is_refused_by_the_parser(site):
         'CUDA 13.0); the running server was not stopped:' % IMAGE,
         "- [image.args] vLLM 0.0.0+inkling.standin rejects the unit's arguments: vllm serve: error: unrecognized "
         "arguments: --no-such-flag; remedy: change the variant's vllm_args for this vLLM version "
-        "(preflight_variant_overrides), or use an image whose vLLM accepts them"]
+        "(inkling_variant_overrides), or use an image whose vLLM accepts them"]
 
 
 def test_an_image_without_the_hosts_arch_is_refused(site):

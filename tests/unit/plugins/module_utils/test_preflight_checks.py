@@ -662,7 +662,7 @@ def test_variant_refusal_is_a_failure_in_the_report():
     report = run(variant=None)
     assert failed(report)['variant'] == 'no Inkling variant for gpu-node-01: no variant for 7 x NVIDIA H200'
     variant = [f for f in report['failures'] if f['check'] == 'variant'][0]
-    assert variant['remedy'] == 'fix the variant table or preflight_variant_overrides as the message says'
+    assert variant['remedy'] == 'fix the variant table or inkling_variant_overrides as the message says'
     assert 'driver.version' not in {c['check'] for c in report['checks']}
 
 
@@ -730,7 +730,7 @@ OLD_DRIVER = refusal('driver.version', 'driver 550.90.07 is older than 580.65.06
                      'upgrade the NVIDIA driver (and fabric manager, same version) to 580.65.06 or newer')
 NO_ENTRY = refusal('variant', 'found compute capability 8.0; no enabled variant of thinkingmachines/Inkling-NVFP4 '
                    'supports it (supported: 9.0, 10.0)',
-                   'run this model on supported GPUs, or add a tested entry through preflight_variant_overrides')
+                   'run this model on supported GPUs, or add a tested entry through inkling_variant_overrides')
 
 
 def refused_run(refs, gpu=None, **kw):
@@ -751,7 +751,7 @@ def test_mig_is_reported_once_and_the_variant_points_at_it():
     variant = by_check(report, 'variant')[0]
     assert variant['remedy'] == 'fix what gpu.mig reports; the variant is selected once it passes'
     assert variant['blocked_by'] == ['gpu.mig']
-    assert 'preflight_variant_overrides' not in variant['remedy']
+    assert 'inkling_variant_overrides' not in variant['remedy']
     # the variant check comes after the checks it points at
     names = [c['check'] for c in report['checks']]
     assert names.index('variant') > names.index('gpu.mig')
@@ -1074,12 +1074,12 @@ def follow(gpu, model, tp, remedy):
     each (description, failures of the next preflight)."""
     cap = gpu['compute_caps'][0]
     tried = []
-    added = re.search(r'add a tested entry of tensor parallel size (\d+) .*?then set preflight_tensor_parallel_size '
+    added = re.search(r'add a tested entry of tensor parallel size (\d+) .*?then set inkling_tensor_parallel_size '
                       r'to (\d+)', remedy)
     if added:
         size = int(added.group(2))
         tried.append(('entry tp %d' % size, preflight(gpu, model, size, entry_for(model, cap, size))))
-    for size in re.findall(r'set preflight_tensor_parallel_size to (\d+): entry', remedy):
+    for size in re.findall(r'set inkling_tensor_parallel_size to (\d+): entry', remedy):
         tried.append(('tp %s' % size, preflight(gpu, model, int(size))))
     host = re.search(r'a host with (?:exactly )?([\d or]+?) (?:such )?GPUs', remedy)
     if host and not re.search(r'\buse a host with %d GPUs' % tp, remedy):
@@ -1113,7 +1113,7 @@ def test_each_tensor_parallel_remedy_passes_the_check_that_follows(name, gpu, mo
             assert after == [], '%s: %s -> %s: %s' % (name, fail['check'], what, after)
         fixable_here = [w for w, _a in tried if w.startswith('tp ')]
         if not fixable_here:
-            assert ('no setting of preflight_tensor_parallel_size fixes it' in remedy
+            assert ('no setting of inkling_tensor_parallel_size fixes it' in remedy
                     or fail['check'] != 'gpu.count' or gpu['gpu_count'] > tp), remedy
         advised += len(tried)
     assert advised, name
@@ -1124,5 +1124,5 @@ def test_gb200_x4_is_told_plainly_that_it_cannot_serve_the_975b_model_alone():
     assert failures['gpu.count']['remedy'] == (
         'if GPUs are missing, check nvidia-smi -L, fabric manager and the kernel log for Xid errors; otherwise this '
         'host cannot serve thinkingmachines/Inkling-NVFP4 alone: no enabled variant for compute capability 10.0 '
-        'uses its 4 GPU(s) (entries use tensor parallel size 8), so no setting of preflight_tensor_parallel_size '
-        'fixes it; serve it from a host with 8 such GPUs (and preflight_tensor_parallel_size set to that number)')
+        'uses its 4 GPU(s) (entries use tensor parallel size 8), so no setting of inkling_tensor_parallel_size '
+        'fixes it; serve it from a host with 8 such GPUs (and inkling_tensor_parallel_size set to that number)')

@@ -94,13 +94,15 @@ def test_revision_format(rev, ok):
 
 # -- the canary analysis's settings and golden set -------------------------------------------------
 
-ROLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..', 'roles', 'rollout')
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..')
+DATA = os.path.join(REPO, 'data')
+ROLE = os.path.join(REPO, 'roles', 'rollout')
 REMEDY = '. Remedy: fix the entry (docs/rollout.md, "Extending the golden set")'
 
 
 def shipped():
-    with open(os.path.join(ROLE, 'defaults', 'main', 'golden_set.yml')) as f:
-        return yaml.safe_load(f)['rollout_analysis_golden_set']
+    with open(os.path.join(DATA, 'golden_set.yml')) as f:
+        return yaml.safe_load(f)['prompts']
 
 
 def prompt(**over):

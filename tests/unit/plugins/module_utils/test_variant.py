@@ -416,8 +416,8 @@ def test_override_layers_merge_per_variant_and_per_key():
              'sm100': {'env': {'A': '1'}}}
     group = {'sm90-patched': {'env': {'X': '8'}, 'image': {'reference': 'reg/x:2'}}}
     host = {'sm90-patched': {'env': {'X': '9'}}}
-    merged = merge_overrides([('preflight_variant_overrides', fleet), ('preflight_variant_overrides_gpu_h200', group),
-                              ('preflight_variant_overrides_zz_host', host)])
+    merged = merge_overrides([('inkling_variant_overrides', fleet), ('inkling_variant_overrides_gpu_h200', group),
+                              ('inkling_variant_overrides_zz_host', host)])
     assert merged['sm90-patched'] == {'model': {'revision': 'a' * 40}, 'env': {'X': '9'},
                                       'image': {'digest': 'sha256:' + '1' * 64, 'reference': 'reg/x:2'}}
     assert merged['sm100'] == {'env': {'A': '1'}}
@@ -427,8 +427,8 @@ def test_override_layers_merge_per_variant_and_per_key():
 def test_a_bad_override_layer_is_named():
     from ansible_collections.inkling.fleet.plugins.module_utils.variant import merge_overrides, VariantTableError
     with pytest.raises(VariantTableError) as e:
-        merge_overrides([('preflight_variant_overrides_gpu_h200', {'sm90-patched': 'x'})])
-    assert e.value.errors == ["preflight_variant_overrides_gpu_h200: override 'sm90-patched' must be a dict, got str"]
+        merge_overrides([('inkling_variant_overrides_gpu_h200', {'sm90-patched': 'x'})])
+    assert e.value.errors == ["inkling_variant_overrides_gpu_h200: override 'sm90-patched' must be a dict, got str"]
 
 
 def test_modalities_name_known_inputs_only(table):
@@ -475,7 +475,7 @@ def test_a_remote_code_entry_from_a_branch_is_named_with_its_remedy():
     entry = {'vllm_args': ['--trust-remote-code'], 'model': {'repo_id': 'org/name', 'revision': 'main'}}
     problem = vt.remote_code_problem('sm90-patched', entry)
     assert "entry 'sm90-patched'" in problem and 'org/name' in problem and "model.revision is 'main'" in problem
-    assert 'preflight_variant_overrides: {sm90-patched: {model: {revision: <40-hex>}}}' in problem
+    assert 'inkling_variant_overrides: {sm90-patched: {model: {revision: <40-hex>}}}' in problem
     assert 'enabled: false' in problem
     for revision in (COMMIT.upper(), COMMIT[:12], 'v1.0', None):
         entry['model']['revision'] = revision

@@ -22,7 +22,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import analysis
 from inkling_test_helpers import REPO, free_port, run_module, standin_hub
 
 STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
-GOLDEN = os.path.join(REPO, 'roles', 'rollout', 'defaults', 'main', 'golden_set.yml')
+GOLDEN = os.path.join(REPO, 'data', 'golden_set.yml')
 REPO_ID = 'thinkingmachines/Inkling-NVFP4'
 REV = '0123456789abcdef0123456789abcdef01234567'
 MODEL = 'inkling'
@@ -40,7 +40,7 @@ DRIFTED = ['fact-capital', 'fact-water', 'instruction-count', 'instruction-prime
 
 def golden_set():
     with open(GOLDEN) as fh:
-        return yaml.safe_load(fh)['rollout_analysis_golden_set']
+        return yaml.safe_load(fh)['prompts']
 
 
 def ids(prompts):
