@@ -22,7 +22,8 @@ The per-host state machine (docs/rollout.md, "Phases of a host")::
     pending -> staged | stage_failed | not_reached
     staged -> unchanged | would_restart | stage_only | not_reached | unit_refused | recheck_failed
               | trial_failed | draining
-    draining -> drain_failed | restarting | replica_held   (restarting: the old server is stopped)
+    draining -> drain_failed | restarting | replica_held | replica_held_undrain_failed
+                (restarting: the old server is stopped; replica_held*: not stopped, held with its replica)
     restarting -> serving_new | rolling_back
     serving_new -> done | undrain_failed
     rolling_back -> rolled_back | rollback_undrain_failed | rollback_failed | removed
@@ -67,7 +68,7 @@ TRANSITIONS = {
     'pending': ('staged', 'stage_failed', 'not_reached'),
     'staged': ('unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
                'trial_failed', 'draining', 'restarting', 'rolling_back', 'serving_new'),
-    'draining': ('drain_failed', 'restarting', 'replica_held'),
+    'draining': ('drain_failed', 'restarting', 'replica_held', 'replica_held_undrain_failed'),
     'restarting': ('serving_new', 'rolling_back'),
     'serving_new': ('done', 'undrain_failed'),
     'rolling_back': ('rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed'),
@@ -100,6 +101,8 @@ TERMINAL = {
     'drain_failed': (True, 'drain failed, not stopped: serving its current version'),
     'replica_held': (True, 'held back with its replica (a member fell out before the stop), not stopped: serving its '
                            'current version'),
+    'replica_held_undrain_failed': (True, 'held back with its replica, not stopped: serving its current version, but '
+                                          'NOT undrained'),
     'done': (False, 'restarted: serving the new version'),
     'undrain_failed': (True, 'serving the new version, but NOT undrained'),
     'rolled_back': (True, 'rolled back: serving its previous version'),
@@ -116,6 +119,7 @@ FAILED_WORDS = (('excluded', 'set aside by preflight'), ('interrupted', 'interru
                 ('stage_failed', 'failed staging'), ('unit_refused', 'unit refused'),
                 ('recheck_failed', 'failed the re-check'), ('trial_failed', 'failed the image trial'),
                 ('drain_failed', 'failed the drain'), ('replica_held', 'held back with their replica'),
+                ('replica_held_undrain_failed', 'held back with their replica, not undrained'),
                 ('undrain_failed', 'not undrained'), ('rolled_back', 'rolled back'),
                 ('rollback_undrain_failed', 'rolled back, not undrained'), ('rollback_failed', 'failed the rollback'),
                 ('removed', 'new unit removed'))
@@ -128,6 +132,9 @@ REMEDIES = {
     'rollback_undrain_failed': ('the host was rolled back and serves its previous version, but the undrain hook '
                                 'failed: put it back into the load balancer by hand (or fix the undrain hook and '
                                 'run the undrain command)'),
+    'replica_held_undrain_failed': ('the host was not stopped and serves its current version, but the undrain hook '
+                                    'failed: put it back into the load balancer by hand (or fix the undrain hook and '
+                                    'run the undrain command)'),
     'drain_failed': 'fix the drain hook (rollout_drain_command / rollout_drain_url) and run the rollout again',
     'rollback_failed': ('the host serves nothing: read `journalctl -u inkling-vllm` on it, fix the cause and run '
                         'the rollout again'),

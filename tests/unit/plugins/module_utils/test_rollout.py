@@ -57,14 +57,14 @@ EXPECTED = {
     'pending': {'staged', 'stage_failed', 'not_reached'},
     'staged': {'unchanged', 'would_restart', 'stage_only', 'not_reached', 'unit_refused', 'recheck_failed',
                'trial_failed', 'draining'},
-    'draining': {'drain_failed', 'restarting', 'replica_held'},
+    'draining': {'drain_failed', 'restarting', 'replica_held', 'replica_held_undrain_failed'},
     'restarting': {'serving_new', 'rolling_back'},
     'serving_new': {'done', 'undrain_failed'},
     'rolling_back': {'rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed'},
 }
 EXPECTED_FAILED = {'excluded', 'stage_failed', 'unit_refused', 'recheck_failed', 'trial_failed', 'drain_failed',
                    'undrain_failed', 'rolled_back', 'rollback_undrain_failed', 'rollback_failed', 'removed',
-                   'interrupted', 'replica_held'}
+                   'interrupted', 'replica_held', 'replica_held_undrain_failed'}
 
 ALL_PHASES = sorted(set(r.TERMINAL) | set(itertools.chain(*EXPECTED.values())) | set(p for p in EXPECTED if p))
 
