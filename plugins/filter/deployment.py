@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: inkling.fleet contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters of the rollout: the deployment contract (plugins/module_utils/contract.py), restart
-reasons (rollout.py) and the remote code pin (variant.py)."""
+"""Filters of the rollout: the deployment contract (plugins/module_utils/contract.py), the
+restart record (rollout.py) and the remote code pin (variant.py)."""
 
 from __future__ import (absolute_import, division, print_function)
 __metaclass__ = type
@@ -26,8 +26,10 @@ def deployment_pinned(current, image_pinned, snapshot, auth_file=None, check_mod
         raise AnsibleFilterError(str(e))
 
 
-def restart_reasons(after, before, active, unit_changed=False):
-    return rollout.restart_reasons(before, after, bool(active), bool(unit_changed))
+def restart_record(deployment, serving, unit_state=None, unit_args=None, unit_changed=False, resume=''):
+    if serving is not None and not isinstance(serving, dict):
+        raise AnsibleFilterError('restart_record: the state file read is not a dict: %r' % (serving,))
+    return rollout.restart_record(deployment, serving, unit_state, unit_args, bool(unit_changed), resume or '')
 
 
 def remote_code_problem(variant, revision=None):
@@ -43,4 +45,4 @@ def remote_code_problem(variant, revision=None):
 class FilterModule(object):
     def filters(self):
         return {'deployment_contract': deployment_contract, 'deployment_pinned': deployment_pinned,
-                'restart_reasons': restart_reasons, 'remote_code_problem': remote_code_problem}
+                'restart_record': restart_record, 'remote_code_problem': remote_code_problem}

@@ -947,3 +947,42 @@ def restart_reasons(before, after, active, unit_changed):
     elif unit_differs and not reasons:
         reasons.append('the unit changed')
     return reasons
+
+
+# What the restart compares: the contract's keys that the state file records, in this order.
+TARGET_KEYS = ('variant', 'image', 'image_digest', 'revision', 'served_model_name')
+
+
+def restart_record(deployment, serving, unit_state=None, unit_args=None, unit_changed=False, resume=''):
+    """The restart of one host as one record, built once, from one read of its state file.
+
+    ``deployment``: the host's contract (rollout_deployment); ``serving``: its state file as read
+    (``{}`` when there is none); ``unit_state``: rollout_unit_state's result for the unit now on disk
+    (None before the unit is written: the record then has ``before`` and ``recorded_analysis`` only);
+    ``unit_args``: the unit's vLLM arguments; ``unit_changed``: the service role wrote another unit;
+    ``resume``: the journal's resume step for the host ('' for none).
+
+    Returns ``before`` (what it serves, without the analysis), ``recorded_analysis`` (the old
+    version's last passed canary analysis), and with ``unit_state``: ``after`` (the target as the
+    state file will record it), ``active``, ``reasons`` (restart_reasons; empty: no restart),
+    ``replica`` (its place in a multi-node replica, {} when it serves alone), ``replica_worker``,
+    ``unit_kept`` (a replica member restarted only because a partner must: a rollback keeps its
+    unit) and ``resume`` (a replica restarts afresh, in lockstep: never resumed)."""
+    serving = dict(serving or {})
+    record = {'recorded_analysis': serving.pop('analysis', None) or {}, 'before': serving}
+    if unit_state is None:
+        return record
+    deployment = deployment or {}
+    entry = deployment.get('entry') or {}
+    replica = entry.get('replica') or {}
+    checksum = unit_state.get('unit_checksum')
+    active = bool(unit_state.get('active'))
+    after = dict((key, deployment.get(key)) for key in TARGET_KEYS)
+    after.update(unit_checksum=checksum, args=list(unit_args or []))
+    record.update(
+        after=after, active=active,
+        reasons=restart_reasons(serving, dict(deployment, unit_checksum=checksum), active, bool(unit_changed)),
+        replica=replica, replica_worker=replica.get('role') == 'worker',
+        unit_kept='replica' in entry and not unit_changed,
+        resume='' if replica else (resume or ''))
+    return record

@@ -173,9 +173,10 @@ def fleet(n):
             '__preflight_gpu_info': {'nvidia_gpu': {'driver_version': '580.95.05'}},
             '__preflight_variant': {'variant': {'model': {'repo_id': 'org/m', 'revision': A}}},
             'rollout_deployment': {'variant': 'v', 'entry': {'replica': replica.get(name)} if name in replica else {}},
-            '__rollout_replica': replica.get(name) or {},
+            '__rollout_restart': {'replica': replica.get(name) or {}, 'reasons': ['unit changed'], 'before': {},
+                                  'after': {}},
             '__rollout_cache_seed': {'key': {'id': 'k'}, 'url': 'u', 'files': []} if i == 0 else {},
-            '__rollout_reasons': ['unit changed'], '__rollout_at_stop': True, '__rollout_gate': {'failed': False},
+            '__rollout_at_stop': True, '__rollout_gate': {'failed': False},
             '__rollout_member_state': {'stdout': 'ActiveState=active\nNRestarts=0'}, '__rollout_nrestarts': {'stdout': '0'},
             '__hardware_validation_result': {'host': name},
         })

@@ -60,11 +60,10 @@ PLAY = '''- name: A replica of two, one member falls out before the stop
         tasks_from: replica_hold
       when: inventory_hostname == 'm2'
       vars:
-        __rollout_replica: {{name: r1, members: [m1, m2]}}
+        __rollout_restart: {{replica: {{name: r1, members: [m1, m2]}}, unit_kept: true}}
         service_unit_name: inkling-test-absent.service
         service_unit_path: {reports}/absent.container
         service_unit_backup: null
-        __rollout_unit_kept: true
         rollout_undrain_command: "{undrain}"
         rollout_undrain_url: ""
 

@@ -704,3 +704,48 @@ def test_a_killed_controller_not_yet_reaped_counts_as_gone():
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- the restart record: one record per host, from one read of its state file (issue 38) --------------------------
+
+RECORD_DEPLOYMENT = {'variant': 'sm90-patched', 'image': 'reg.example/vllm@sha256:' + 'b' * 64,
+                     'image_digest': 'sha256:' + 'b' * 64, 'revision': 'c' * 40, 'served_model_name': 'inkling',
+                     'vllm_args': ['--x'], 'entry': {'name': 'sm90-patched', 'replica': None}}
+RECORD_SERVING = {'variant': 'sm90-patched', 'image': 'reg.example/vllm@sha256:' + 'a' * 64,
+                  'image_digest': 'sha256:' + 'a' * 64, 'revision': 'c' * 40, 'unit_checksum': 'u1',
+                  'analysis': {'answers': {'p': '391'}}}
+
+
+def test_the_record_before_the_unit_is_written_has_what_the_host_serves_only():
+    record = r.restart_record(RECORD_DEPLOYMENT, RECORD_SERVING)
+    assert record == {'before': dict((k, v) for k, v in RECORD_SERVING.items() if k != 'analysis'),
+                      'recorded_analysis': {'answers': {'p': '391'}}}
+    assert 'analysis' in RECORD_SERVING   # the caller's state is not changed
+    assert r.restart_record(RECORD_DEPLOYMENT, None) == {'before': {}, 'recorded_analysis': {}}
+
+
+def test_the_record_names_the_target_and_why_the_host_restarts():
+    record = r.restart_record(RECORD_DEPLOYMENT, RECORD_SERVING, {'active': True, 'unit_checksum': 'u2'}, ['--x'],
+                              True, 'gate')
+    assert record['after'] == {'variant': 'sm90-patched', 'image': RECORD_DEPLOYMENT['image'],
+                               'image_digest': RECORD_DEPLOYMENT['image_digest'], 'revision': 'c' * 40,
+                               'served_model_name': 'inkling', 'unit_checksum': 'u2', 'args': ['--x']}
+    assert record['reasons'] == ['image sha256:aaaaaaaaaaaa -> sha256:bbbbbbbbbbbb']
+    assert record['active'] is True and record['resume'] == 'gate'
+    assert record['replica'] == {} and record['replica_worker'] is False
+    # 'replica' is a key of every entry the module returns: a host whose unit changed does not keep it
+    assert record['unit_kept'] is False
+    same = dict(RECORD_SERVING, image=RECORD_DEPLOYMENT['image'], image_digest=RECORD_DEPLOYMENT['image_digest'],
+                unit_checksum='u2')
+    record = r.restart_record(RECORD_DEPLOYMENT, same, {'active': True, 'unit_checksum': 'u2'})
+    assert record['reasons'] == [] and record['unit_kept'] is True
+    record = r.restart_record(RECORD_DEPLOYMENT, {}, {'active': False, 'unit_checksum': 'u2'})
+    assert record['reasons'] == ['the service is not active (first deployment on this host)']
+
+
+def test_a_replica_member_is_never_resumed_and_knows_its_role():
+    replica = {'name': 'r1', 'members': ['h1', 'h2'], 'head': 'h1', 'role': 'worker'}
+    deployment = dict(RECORD_DEPLOYMENT, entry={'name': 'sm90-h100-2node', 'replica': replica})
+    record = r.restart_record(deployment, RECORD_SERVING, {'active': True, 'unit_checksum': 'u1'}, [], False, 'stop')
+    assert record['replica'] == replica and record['replica_worker'] is True
+    assert record['resume'] == '' and record['unit_kept'] is True
