@@ -14,6 +14,7 @@ __metaclass__ = type
 import os
 import tempfile
 
+from ansible_collections.inkling.fleet.plugins.module_utils import atomic_file
 from ansible_collections.inkling.fleet.plugins.plugin_utils.action import InklingAction
 from ansible_collections.inkling.fleet.plugins.plugin_utils.controller_files import NotADirectory, make_private_dirs
 
@@ -49,15 +50,7 @@ def write_report(directory, host, content):
     changed = make_report_dir(directory)
     path = os.path.join(directory, host + '.json')
     fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-')
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(content)
-        os.chmod(tmp, FILE_MODE)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_file.replace_file(fd, tmp, path, FILE_MODE, lambda handle: handle.write(content))
     return path, changed
 
 

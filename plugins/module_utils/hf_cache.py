@@ -35,6 +35,8 @@ import stat
 import threading
 import time
 
+from ansible_collections.inkling.fleet.plugins.module_utils import atomic_file
+
 MANIFEST_VERSION = 1
 STATE_DIRNAME = '.inkling'
 HASH_CHUNK = 8 * 1024 * 1024
@@ -264,18 +266,13 @@ def write_json_atomic(path, data, mode=0o644):
         os.makedirs(d)
     tmp = '%s.tmp.%d' % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, 'w') as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write('\n')
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    def fill(f):
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write('\n')
+        f.flush()
+        os.fsync(f.fileno())
+    atomic_file.replace_file(fd, tmp, path, mode, fill)
 
 
 def read_json(path, default=None):

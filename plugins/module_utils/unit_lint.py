@@ -143,15 +143,24 @@ def _split_env(value):
     return env
 
 
+def _arg_value(args, i, names):
+    """The value ``args[i]`` gives one of ``names`` (``--flag value`` or ``--flag=value``), or None."""
+    value = None
+    for name in names:
+        if args[i] == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif args[i].startswith(name + '='):
+            value = args[i].split('=', 1)[1]
+    return value
+
+
 def _flag_value(args, names):
     """Value of the last ``--flag value`` / ``--flag=value`` in a list of args, or None."""
     found = None
-    for i, arg in enumerate(args):
-        for name in names:
-            if arg == name and i + 1 < len(args):
-                found = args[i + 1]
-            elif arg.startswith(name + '='):
-                found = arg.split('=', 1)[1]
+    for i in range(len(args)):
+        value = _arg_value(args, i, names)
+        if value is not None:
+            found = value
     return found
 
 
@@ -197,22 +206,11 @@ def describe_unit(content, kind):
         facts['podman_args'] = podman_args
         i = 0
         while i < len(podman_args):
-            a = podman_args[i]
-            val = None
-            for name in ('-e', '--env'):
-                if a == name and i + 1 < len(podman_args):
-                    val = podman_args[i + 1]
-                elif a.startswith(name + '='):
-                    val = a.split('=', 1)[1]
+            val = _arg_value(podman_args, i, ('-e', '--env'))
             if val is not None and '=' in val:
                 k, v = val.split('=', 1)
                 facts['env'][k] = v
-            vol = None
-            for name in ('-v', '--volume'):
-                if a == name and i + 1 < len(podman_args):
-                    vol = podman_args[i + 1]
-                elif a.startswith(name + '='):
-                    vol = a.split('=', 1)[1]
+            vol = _arg_value(podman_args, i, ('-v', '--volume'))
             if vol is not None:
                 parts = vol.split(':')
                 facts['volumes'].append((parts[0], parts[1] if len(parts) > 1 else parts[0],
@@ -417,6 +415,29 @@ def _install_section(spec):
     return ['[Install]', 'WantedBy=%s' % spec.get('wanted_by', 'multi-user.target')]
 
 
+# How each container setting of a spec is written: as a quadlet [Container] key, or as a `podman run` argument.
+QUADLET_FORMS = {'network': 'Network=%s', 'device': 'AddDevice=%s', 'label_disable': 'SecurityLabelDisable=true',
+                 'volume': lambda vol: 'Volume=%s' % _volume(vol).replace('%', '%%'),
+                 'env': lambda key, value: 'Environment=%s' % _env_item(key, value)}
+RUN_FORMS = {'network': '--network=%s', 'device': '--device=%s', 'label_disable': '--security-opt=label=disable',
+             'volume': lambda vol: '--volume=%s' % _volume(vol),
+             'env': lambda key, value: '--env=%s=%s' % (key, value)}
+
+
+def _container_settings(spec, forms):
+    """The spec's network, devices, SELinux label, volumes and environment, in this order, each written in
+    ``forms`` (QUADLET_FORMS or RUN_FORMS)."""
+    items = []
+    if spec.get('network'):
+        items.append(forms['network'] % spec['network'])
+    items.extend(forms['device'] % dev for dev in spec.get('devices', []))
+    if spec.get('label_disable'):
+        items.append(forms['label_disable'])
+    items.extend(forms['volume'](vol) for vol in spec.get('volumes', []))
+    items.extend(forms['env'](key, spec['env'][key]) for key in sorted(spec.get('env', {})))
+    return items
+
+
 def render_quadlet(spec, podman_version=None):
     """Render a quadlet ``.container`` file from a spec (see :func:`validate_spec`)."""
     validate_spec(spec)
@@ -427,16 +448,7 @@ def render_quadlet(spec, podman_version=None):
     lines.append('Image=%s' % spec['image'])
     if pull_key:
         lines.append('Pull=never')
-    if spec.get('network'):
-        lines.append('Network=%s' % spec['network'])
-    for dev in spec.get('devices', []):
-        lines.append('AddDevice=%s' % dev)
-    if spec.get('label_disable'):
-        lines.append('SecurityLabelDisable=true')
-    for vol in spec.get('volumes', []):
-        lines.append('Volume=%s' % _volume(vol).replace('%', '%%'))
-    for key in sorted(spec.get('env', {})):
-        lines.append('Environment=%s' % _env_item(key, spec['env'][key]))
+    lines += _container_settings(spec, QUADLET_FORMS)
     podman_args = list(spec.get('podman_args', []))
     if not pull_key:
         podman_args.append('--pull=never')
@@ -466,17 +478,7 @@ def render_systemd(spec):
     podman = spec.get('podman_path', '/usr/bin/podman')
     fixed = [podman, 'run', '--name', spec['name'], '--cidfile=%t/%N.cid', '--replace', '--rm',
              '--cgroups=split', '--sdnotify=conmon', '-d', '--pull=never']
-    run = []
-    if spec.get('network'):
-        run.append('--network=%s' % spec['network'])
-    for dev in spec.get('devices', []):
-        run.append('--device=%s' % dev)
-    if spec.get('label_disable'):
-        run.append('--security-opt=label=disable')
-    for vol in spec.get('volumes', []):
-        run.append('--volume=%s' % _volume(vol))
-    for key in sorted(spec.get('env', {})):
-        run.append('--env=%s=%s' % (key, spec['env'][key]))
+    run = _container_settings(spec, RUN_FORMS)
     for sec in spec.get('secrets', []):
         run.append('--secret=%s' % secret_arg(sec))
     run.append('--stop-timeout=%d' % spec['stop_timeout_s'])

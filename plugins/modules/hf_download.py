@@ -69,15 +69,13 @@ options:
     description: Seconds without a byte after which a connection counts as stalled and is retried.
     type: int
     default: 60
-  progress_interval_s:
-    description: Seconds between progress file updates.
-    type: float
-    default: 1.0
 notes:
   - Does not support check mode (M(inkling.fleet.hf_snapshot) reports what would be downloaded).
 seealso:
   - module: inkling.fleet.hf_snapshot
   - module: inkling.fleet.hf_progress
+extends_documentation_fragment:
+  - inkling.fleet.hf_cache.progress
 '''
 
 EXAMPLES = r'''

@@ -29,10 +29,6 @@ options:
     description: The hub or mirror, as the controller reaches it (C(https://huggingface.co)).
     type: str
     required: true
-  repo_id:
-    description: Hub repository, C(ORG/NAME).
-    type: str
-    required: true
   revision:
     description: A branch, tag or 40-hex commit.
     type: str
@@ -59,6 +55,8 @@ notes:
   - The decisions are C(hub_files) in C(plugins/module_utils/hf_fanout.py) (unit-tested).
 seealso:
   - module: inkling.fleet.hf_peer_copy
+extends_documentation_fragment:
+  - inkling.fleet.hf_cache
 '''
 
 EXAMPLES = r'''

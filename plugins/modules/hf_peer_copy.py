@@ -51,10 +51,6 @@ description:
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
-  repo_id:
-    description: Hub repository, C(ORG/NAME).
-    type: str
-    required: true
   revision:
     description: The 40-hex commit to copy (the role resolves a branch or tag once).
     type: str
@@ -186,10 +182,6 @@ options:
     description: Retries of a failed transfer from one source before the next source is tried.
     type: int
     default: 3
-  progress_interval_s:
-    description: Seconds between progress file updates.
-    type: float
-    default: 1.0
 notes:
   - Does not support check mode; the role reports a copy in check mode as the hub plan of the host.
   - 'The peers'' daemons never serve partial files, dot files (rsync''s temporary files, C(.inkling/) with the
@@ -202,6 +194,9 @@ seealso:
   - name: rsyncd.conf(5), the daemon modules C(inkling-hf) and C(inkling-hf-run)
     description: The role's template roles/hf_cache/templates/rsyncd.conf.j2.
     link: https://download.samba.org/pub/rsync/rsyncd.conf.5
+extends_documentation_fragment:
+  - inkling.fleet.hf_cache
+  - inkling.fleet.hf_cache.progress
 '''
 
 EXAMPLES = r'''

@@ -30,10 +30,6 @@ description:
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
-  host:
-    description: Host name used in messages.
-    type: str
-    required: true
   image:
     description: The new image, pinned by digest (C(repo@sha256:...)); it must already be on the host.
     type: str
@@ -92,6 +88,7 @@ seealso:
   - module: inkling.fleet.quadlet_unit
 extends_documentation_fragment:
   - inkling.fleet.attributes.check_full_diff_none
+  - inkling.fleet.host_name
 '''
 
 EXAMPLES = r'''

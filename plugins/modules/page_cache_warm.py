@@ -28,10 +28,6 @@ options:
     description: The hub cache directory (C(HF_HUB_CACHE)) holding the snapshot.
     type: path
     required: true
-  repo_id:
-    description: Hub repository, C(ORG/NAME).
-    type: str
-    required: true
   revision:
     description: The 40-hex commit of the snapshot.
     type: str
@@ -54,6 +50,7 @@ options:
     default: /proc/meminfo
 extends_documentation_fragment:
   - inkling.fleet.attributes.check_full_diff_none
+  - inkling.fleet.hf_cache
 '''
 
 EXAMPLES = r'''

@@ -31,10 +31,6 @@ description:
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
-  host:
-    description: Host name used in messages.
-    type: str
-    required: true
   gpu:
     description: The C(nvidia_gpu) facts; omit when M(inkling.fleet.nvidia_gpu_info) failed.
     type: dict
@@ -166,6 +162,7 @@ seealso:
   - module: inkling.fleet.preflight_host_facts
 extends_documentation_fragment:
   - inkling.fleet.attributes.check_full_diff_none
+  - inkling.fleet.host_name
 '''
 
 EXAMPLES = r'''

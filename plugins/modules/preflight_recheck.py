@@ -25,10 +25,6 @@ description:
 author:
   - inkling.fleet contributors (@inkling-fleet)
 options:
-  host:
-    description: Host name used in messages.
-    type: str
-    required: true
   tensor_parallel_size:
     description: GPUs the model is served on; the host must still have exactly this many.
     type: int
@@ -62,6 +58,7 @@ seealso:
 extends_documentation_fragment:
   - inkling.fleet.attributes.check_full_diff_none
   - inkling.fleet.gpu_host
+  - inkling.fleet.host_name
 '''
 
 EXAMPLES = r'''
