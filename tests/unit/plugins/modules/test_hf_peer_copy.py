@@ -191,6 +191,7 @@ def test_files_are_relayed_as_they_arrive(tmp_path, source, hub):  # pylint: dis
     shutil.copy(os.path.join(source['rdir'], 'blobs', names[0]), a_blobs)
     proc = start_daemon(a_tmp, a_cache, source['port'], address='127.0.0.2')
     got_first = []
+    rest_written = []
 
     def feed():
         first = os.path.join(hc.repo_dir(str(tmp_path / 'cache'), REPO_ID), 'blobs', names[0])
@@ -203,10 +204,10 @@ def test_files_are_relayed_as_they_arrive(tmp_path, source, hub):  # pylint: dis
         for name in names[1:]:
             shutil.copy(os.path.join(source['rdir'], 'blobs', name), os.path.join(a_blobs, '.tmp'))
             os.rename(os.path.join(a_blobs, '.tmp'), os.path.join(a_blobs, name))
+        rest_written.append(time.time())
     t = threading.Thread(target=feed)
     t.start()
     try:
-        t0 = time.time()
         rc, res = copy(tmp_path, source, str(tmp_path / 'cache'), P(('a', '127.0.0.2'), ('dst', DEAD)), ['a'],
                        switch_after_s=30)
     finally:
@@ -214,7 +215,10 @@ def test_files_are_relayed_as_they_arrive(tmp_path, source, hub):  # pylint: dis
         stop(proc)
     assert rc == 0, res
     assert res['holder'] is True and res['sources'] == {'a': res['bytes_total']}
-    assert got_first and got_first[0] - t0 < res['copy_s'] - 0.4   # the first blob came before the rest existed
+    # The first blob reached this receiver before its source held the others: the feeder writes them only
+    # once it has seen the first here (wall clock of this process; the module's own copy_s starts later,
+    # after its start-up, which a loaded machine stretches).
+    assert got_first and rest_written and got_first[0] < rest_written[0]
     assert res['waited_s'] > 0          # and waited for the rest
 
 
