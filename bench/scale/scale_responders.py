@@ -421,7 +421,17 @@ def _systemctl(ctx, argv):
     service = ctx.state.setdefault('service', {})
     if verb == 'is-active':
         return (0, 'active\n', '') if service.get('active') else (3, 'inactive\n', '')
-    if verb == 'reset-failed':
+    if verb in ('reset-failed', 'daemon-reload', 'enable'):
+        return 0, '', ''
+    if verb == 'is-enabled':
+        return 0, 'generated\n', ''
+    if verb in ('start', 'restart'):
+        if verb == 'restart' or not service.get('active'):
+            start_service(ctx)
+        return 0, '', ''
+    if verb == 'stop':
+        service['active'] = False
+        ctx.dirty = True
         return 0, '', ''
     if verb == 'cat':
         if not _unit_file(ctx):
@@ -454,6 +464,20 @@ def command_result(ctx, args):
 
 
 # ---------------------------------------------------------------- the collection's modules
+
+def unit_run_result(ctx, args):
+    """The real UnitRun (module_utils/systemd.py) over the simulated systemctl."""
+    sd = module_utils('systemd')
+    worker = sd.UnitRun(args.get('host') or ctx.host, sd.Systemctl(lambda argv: _systemctl(ctx, argv)),
+                        sleep=lambda seconds: None)
+    try:
+        return 0, worker.run(args['unit'], args.get('state') or 'started', args.get('enabled'),
+                             bool(args.get('daemon_reload')), int(args.get('wait_s') or 0),
+                             journal_lines=int(args.get('journal_lines') or 40),
+                             check_mode=bool(args.get('_ansible_check_mode')))
+    except sd.UnitRunError as exc:
+        return 1, dict(exc.result, failed=True, msg=str(exc))
+
 
 def rollout_unit_state_result(ctx, args):
     """The unit's checksum (sha256, '' without the file) and systemctl is-active, as the module reads them."""
@@ -908,6 +932,7 @@ RESPONDERS = {
     'podman_secret': podman_secret_result,
     'nvidia_gpu_info': nvidia_gpu_info_result,
     'rollout_unit_state': rollout_unit_state_result,
+    'unit_run': unit_run_result,
     'inkling_variant': lambda ctx, args: real_module(ctx, 'inkling_variant', args),
     'preflight_evaluate': lambda ctx, args: real_module(ctx, 'preflight_evaluate', args),
     'preflight_host_facts': host_facts_result,

@@ -104,7 +104,8 @@ def replica_partners_without(members, host, values):
 
 def replica_gate_problems(members, gates, states, baselines):
     """rep.gate_problems from the members' registered results, each list in the order of ``members``:
-    the gate result, the worker's unit state (systemctl show), the NRestarts read before the start."""
+    the gate result, the worker's unit state (systemctl show), its start (inkling.fleet.unit_run: ``nrestarts``, the
+    NRestarts read before the start)."""
     gates, states, baselines = _values(members, gates), _values(members, states), _values(members, baselines)
     results = {}
     for member in members or []:
@@ -112,7 +113,7 @@ def replica_gate_problems(members, gates, states, baselines):
         baseline = baselines[member] or {}
         results[member] = {'gate': gates[member],
                            'state': state.get('stdout') if not state.get('skipped') else None,
-                           'baseline': (baseline.get('stdout') or '0').strip() or '0'}
+                           'baseline': baseline.get('nrestarts') or 0}
     return rep.gate_problems(list(members or []), results)
 
 

@@ -25,6 +25,7 @@ import os
 
 from ansible_collections.inkling.fleet.plugins.module_utils.nofollow import (
     lexists, open_dir, open_regular, write_atomic)
+from ansible_collections.inkling.fleet.plugins.module_utils.systemd import Systemctl
 
 UNIT_LIMIT = 1024 * 1024
 
@@ -78,12 +79,14 @@ class UnitRestore(object):
     def __init__(self, run, systemctl='systemctl'):
         self.run = run
         self.systemctl = systemctl
+        self.sc = None
 
     def restore(self, unit, path, backup, keep=False, stop_removed=False, check_mode=False):
+        self.sc = Systemctl(self.run, self.systemctl)  # this restore's commands, for its result
         current = _read(path)
         previous = _read(backup)
         what = plan(current, previous, keep)
-        result = dict(what, changed=what['write'], stopped=False, commands=[])
+        result = dict(what, changed=what['write'], stopped=False, commands=self.sc.commands)
         if check_mode:
             return result
         if what['outcome'] == 'removed' and stop_removed:
@@ -107,11 +110,8 @@ class UnitRestore(object):
                 raise UnitRestoreError('systemctl daemon-reload failed after the unit file was %s: %s'
                                        % ('put back' if what['outcome'] == 'restored' else 'removed',
                                           result['commands'][-1]['stderr'] or 'no message'), result)
-        # Best effort: an unknown unit (a first deployment's, removed) has nothing to reset.
-        self._systemctl(result, 'reset-failed', unit)
+        self.sc.reset_failed(unit)
         return result
 
     def _systemctl(self, result, *args):
-        rc, dummy, err = self.run([self.systemctl] + list(args))
-        result['commands'].append({'argv': ['systemctl'] + list(args), 'rc': rc, 'stderr': (err or '').strip()})
-        return rc
+        return self.sc.call(*args)[0]

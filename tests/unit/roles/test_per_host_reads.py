@@ -177,7 +177,7 @@ def fleet(n):
                                   'after': {}},
             '__rollout_cache_seed': {'key': {'id': 'k'}, 'url': 'u', 'files': []} if i == 0 else {},
             '__rollout_at_stop': True, '__rollout_gate': {'failed': False},
-            '__rollout_member_state': {'stdout': 'ActiveState=active\nNRestarts=0'}, '__rollout_nrestarts': {'stdout': '0'},
+            '__rollout_member_state': {'stdout': 'ActiveState=active\nNRestarts=0'}, '__rollout_start': {'nrestarts': 0},
             '__hardware_validation_result': {'host': name},
         })
     return names, host_facts

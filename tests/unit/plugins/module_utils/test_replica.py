@@ -241,7 +241,12 @@ def test_the_per_host_filters_take_the_members_values_and_read_no_host():
     assert flt.replica_with_gpus(None, []) is None
     ok = {'failed': False}
     assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'stdout': 'ActiveState=active\nNRestarts=0'}],
-                                     [{'stdout': '0'}, {'stdout': '0\n'}]) == []
+                                     [{'nrestarts': 0}, {'nrestarts': 0}]) == []
+    # the baseline is the worker's start's nrestarts (inkling.fleet.unit_run): a restart above it is a crash
+    assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'stdout': 'ActiveState=active\nNRestarts=3'}],
+                                     [None, {'nrestarts': 2}]) != []
+    assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'stdout': 'ActiveState=active\nNRestarts=2'}],
+                                     [None, {'nrestarts': 2}]) == []
     assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'stdout': 'ActiveState=failed\nNRestarts=0'}],
                                      [None, None]) == ['the worker h100-b is failed']
     assert flt.replica_gate_problems(MEMBERS, [ok, None], [None, {'skipped': True}], [None, None]) == [
