@@ -6,10 +6,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -25,6 +28,7 @@ CAPTURE = os.path.join(FIXTURES, 'h200-2gpu-driver580')
 VARIANTS_YML = os.path.join(REPO, 'data', 'variants.yml')
 STANDIN = os.path.join(REPO, 'lab', 'nvidia-smi', 'nvidia-smi')
 PROFILES = os.path.join(REPO, 'lab', 'nvidia-smi', 'profiles')
+VLLM_STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
 
 
 # Under CI (CI=true, as CI systems set it) a missing program fails the tests that need it:
@@ -263,3 +267,44 @@ def free_port():
         if port not in _PORTS_GIVEN:
             _PORTS_GIVEN.add(port)
             return port
+
+
+class VllmStandin(object):
+    """lab/standin/vllm serving ``repo_id`` (a snapshot under ``hub``) as ``model`` on a free loopback port."""
+
+    def __init__(self, hub, cache, env, repo_id, model):
+        self.port = free_port()
+        e = dict((k, v) for k, v in os.environ.items() if not k.startswith(('STANDIN_', 'VLLM_', 'HF_')))
+        e.update({'HF_HUB_CACHE': str(hub), 'VLLM_CACHE_ROOT': str(cache), 'HF_HUB_OFFLINE': '1'})
+        e.update(env)
+        argv = [sys.executable, VLLM_STANDIN, 'serve', '--model', repo_id, '--served-model-name', model,
+                '--host', '127.0.0.1', '--port', str(self.port)]
+        self.proc = subprocess.Popen(argv, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 15
+        while time.time() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection(('127.0.0.1', self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise AssertionError('the stand-in (%r) did not open port %d' % (env, self.port))
+
+    @property
+    def url(self):
+        return 'http://127.0.0.1:%d' % self.port
+
+    def chat_requests(self):
+        """POSTs the stand-in counted (its standin_requests_total)."""
+        with urllib.request.urlopen(self.url + '/metrics', timeout=5) as r:
+            text = r.read().decode()
+        return int(next(line.split()[1] for line in text.splitlines() if line.startswith('standin_requests_total')))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

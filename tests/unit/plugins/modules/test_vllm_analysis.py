@@ -8,20 +8,16 @@ tests/unit/plugins/module_utils/test_analysis.py."""
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 import yaml
 
 from ansible_collections.inkling.fleet.plugins.module_utils import analysis
-from inkling_test_helpers import REPO, free_port, run_module, standin_hub
+from inkling_test_helpers import REPO, VllmStandin, free_port, run_module, standin_hub
 
-STANDIN = os.path.join(REPO, 'lab', 'standin', 'vllm')
 GOLDEN = os.path.join(REPO, 'data', 'golden_set.yml')
 REPO_ID = 'thinkingmachines/Inkling-NVFP4'
 REV = '0123456789abcdef0123456789abcdef01234567'
@@ -58,47 +54,6 @@ def text_ids():
     return [p['id'] for p in golden_set() if not p.get('image') and not p.get('audio')]
 
 
-class Standin(object):
-    """lab/standin/vllm serving MODEL on a free loopback port."""
-
-    def __init__(self, hub, cache, env):
-        self.port = free_port()
-        e = dict((k, v) for k, v in os.environ.items() if not k.startswith(('STANDIN_', 'VLLM_', 'HF_')))
-        e.update({'HF_HUB_CACHE': str(hub), 'VLLM_CACHE_ROOT': str(cache), 'HF_HUB_OFFLINE': '1'})
-        e.update(env)
-        argv = [sys.executable, STANDIN, 'serve', '--model', REPO_ID, '--served-model-name', MODEL,
-                '--host', '127.0.0.1', '--port', str(self.port)]
-        self.proc = subprocess.Popen(argv, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 15
-        while time.time() < deadline and self.proc.poll() is None:
-            try:
-                socket.create_connection(('127.0.0.1', self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise AssertionError('the stand-in (%r) did not open port %d' % (env, self.port))
-
-    @property
-    def url(self):
-        return 'http://127.0.0.1:%d' % self.port
-
-    def chat_requests(self):
-        """POSTs the stand-in counted (its standin_requests_total)."""
-        with urllib.request.urlopen(self.url + '/metrics', timeout=5) as r:
-            text = r.read().decode()
-        return int(next(line.split()[1] for line in text.splitlines() if line.startswith('standin_requests_total')))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope='module')
 def standin(tmp_path_factory):
     """standin(fault=None, perf=False, **env): a stand-in paced PACE (PERF_PACE with perf), started
@@ -113,7 +68,7 @@ def standin(tmp_path_factory):
             full['STANDIN_FAULT'] = fault
         key = tuple(sorted(full.items()))
         if key not in started:
-            started[key] = Standin(hub, root / ('cache-%d' % len(started)), full)
+            started[key] = VllmStandin(hub, root / ('cache-%d' % len(started)), full, REPO_ID, MODEL)
         return started[key]
     yield get
     for s in started.values():
