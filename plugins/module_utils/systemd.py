@@ -19,6 +19,17 @@ __metaclass__ = type
 import time
 
 ACTIVE_STATES = ('active', 'reloading')
+
+# The options of inkling.fleet.unit_run (its DOCUMENTATION describes them).
+UNIT_RUN_ARGUMENT_SPEC = dict(
+    host=dict(type='str', required=True),
+    unit=dict(type='str', required=True),
+    state=dict(type='str', default='started', choices=['started', 'restarted', 'stopped']),
+    enabled=dict(type='bool'),
+    daemon_reload=dict(type='bool', default=False),
+    wait_s=dict(type='int', default=0),
+    journal_lines=dict(type='int', default=40),
+)
 SHOW = 'ActiveState,SubState,NRestarts,Result'
 
 
@@ -83,6 +94,13 @@ class UnitRun(object):
         self.journal = journal
         self.sleep = sleep
         self.clock = clock
+
+    @classmethod
+    def for_module(cls, module):
+        """The UnitRun of a module run: its host option, systemctl and journalctl through run_command."""
+        journalctl = module.get_bin_path('journalctl')
+        return cls(module.params['host'], Systemctl(module.run_command, module.get_bin_path('systemctl', required=True)),
+                   journal=(lambda args: module.run_command([journalctl] + args)) if journalctl else None)
 
     def run(self, unit, state, enabled=None, daemon_reload=False, wait_s=0, poll_s=2, journal_lines=40,
             check_mode=False):

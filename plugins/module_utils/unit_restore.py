@@ -29,6 +29,15 @@ from ansible_collections.inkling.fleet.plugins.module_utils.systemd import Syste
 
 UNIT_LIMIT = 1024 * 1024
 
+# The options of inkling.fleet.unit_restore (its DOCUMENTATION describes them).
+ARGUMENT_SPEC = dict(
+    unit=dict(type='str', required=True),
+    path=dict(type='path', required=True),
+    backup=dict(type='path', required=True),
+    keep=dict(type='bool', default=False),
+    stop_removed=dict(type='bool', default=False),
+)
+
 
 class UnitRestoreError(Exception):
     def __init__(self, message, result):

@@ -91,20 +91,11 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inkling.fleet.plugins.module_utils.unit_restore import UnitRestore, UnitRestoreError
+from ansible_collections.inkling.fleet.plugins.module_utils.unit_restore import ARGUMENT_SPEC, UnitRestore, UnitRestoreError
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            unit=dict(type='str', required=True),
-            path=dict(type='path', required=True),
-            backup=dict(type='path', required=True),
-            keep=dict(type='bool', default=False),
-            stop_removed=dict(type='bool', default=False),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     worker = UnitRestore(module.run_command, module.get_bin_path('systemctl', required=True))
     try:

@@ -114,29 +114,15 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inkling.fleet.plugins.module_utils.systemd import Systemctl, UnitRun, UnitRunError
+from ansible_collections.inkling.fleet.plugins.module_utils.systemd import UNIT_RUN_ARGUMENT_SPEC, UnitRun, UnitRunError
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            host=dict(type='str', required=True),
-            unit=dict(type='str', required=True),
-            state=dict(type='str', default='started', choices=['started', 'restarted', 'stopped']),
-            enabled=dict(type='bool'),
-            daemon_reload=dict(type='bool', default=False),
-            wait_s=dict(type='int', default=0),
-            journal_lines=dict(type='int', default=40),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=UNIT_RUN_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    journalctl = module.get_bin_path('journalctl')
-    worker = UnitRun(p['host'], Systemctl(module.run_command, module.get_bin_path('systemctl', required=True)),
-                     journal=(lambda args: module.run_command([journalctl] + args)) if journalctl else None)
     try:
-        result = worker.run(p['unit'], p['state'], p['enabled'], p['daemon_reload'], p['wait_s'],
-                            journal_lines=p['journal_lines'], check_mode=module.check_mode)
+        result = UnitRun.for_module(module).run(p['unit'], p['state'], p['enabled'], p['daemon_reload'], p['wait_s'],
+                                                journal_lines=p['journal_lines'], check_mode=module.check_mode)
     except UnitRunError as exc:
         module.fail_json(msg=str(exc), **exc.result)
     module.exit_json(**result)
