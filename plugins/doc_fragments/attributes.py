@@ -11,7 +11,8 @@ __metaclass__ = type
 
 class ModuleDocFragment(object):
 
-    # The descriptions alone: a module that uses it sets each attribute's support itself.
+    # The descriptions alone: a module that uses it sets each attribute's support itself, or lists
+    # inkling.fleet.attributes.check_full_diff_full after it.
     DOCUMENTATION = r'''
 attributes:
   check_mode:
@@ -31,13 +32,12 @@ attributes:
     support: none
 '''
 
-    # inkling.fleet.attributes.check_full_diff_full: check mode and diff mode in full.
+    # inkling.fleet.attributes.check_full_diff_full: check mode and diff mode in full; the support alone, listed
+    # after inkling.fleet.attributes, which describes them (Ansible merges the two per attribute).
     CHECK_FULL_DIFF_FULL = r'''
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
 '''

@@ -24,20 +24,24 @@ __metaclass__ = type
 import errno
 import hashlib
 import hmac
-import json
 import os
 import socket
 import stat
 import sys
-import threading
 
 try:  # Python 3 only: the script runs with the host's python3
     import http.server as http_server
-    import socketserver
     from urllib.parse import unquote, urlsplit
 except ImportError:  # pragma: no cover - keeps module_utils importable by Python 2 sanity checks
-    http_server = socketserver = None
+    http_server = None
     unquote = urlsplit = None
+
+# daemon_server: begin
+try:
+    from ansible_collections.inkling.fleet.plugins.module_utils import daemon_server
+except ImportError:          # run as a script from module_utils/ (the unit tests); shipped, see script_source
+    import daemon_server
+# daemon_server: end
 
 MAX_CLIENTS = 32
 IDLE_S = 30
@@ -144,25 +148,13 @@ class Handler(http_server.BaseHTTPRequestHandler if http_server else object):
 
 
 def load_config(path):
-    with open(path) as f:
-        cfg = json.load(f)
-    cfg['allow'] = set(cfg['allow'])
+    cfg = daemon_server.read_fleet_config(path)
     cfg['files'] = dict((str(k), int(v)) for k, v in cfg['files'].items())
     return cfg
 
 
 def make_server(cfg):
-    family = socket.AF_INET6 if ':' in cfg['address'] else socket.AF_INET
-
-    class Server(socketserver.ThreadingTCPServer):
-        address_family = family
-        allow_reuse_address = True
-        daemon_threads = True
-
-    server = Server((cfg['address'], cfg['port']), Handler)
-    server.cfg = cfg
-    server.slots = threading.BoundedSemaphore(MAX_CLIENTS)
-    return server
+    return daemon_server.threading_server(cfg, Handler, MAX_CLIENTS)
 
 
 def main(argv):

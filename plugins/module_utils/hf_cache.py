@@ -1230,3 +1230,11 @@ def progress_message(progress):
     if progress.get('source'):
         msg = 'from %s: %s' % (progress['source'], msg)
     return msg
+
+
+# The options of inkling.fleet.hf_prune (its DOCUMENTATION describes them).
+PRUNE_ARGUMENT_SPEC = dict(
+    cache_dir=dict(type='path', required=True),
+    repo_id=dict(type='str', required=True),
+    keep=dict(type='list', elements='str', required=True),
+)

@@ -17,6 +17,8 @@ import signal
 import subprocess
 import time
 
+from ansible_collections.inkling.fleet.plugins.module_utils.systemd import Systemctl
+
 JOB_MARK = 'hf_peer_copy'
 
 
@@ -100,7 +102,7 @@ def reset(module, unit, pid_file, remove, kill_timeout_s=5):
             if rc != 0:
                 module.fail_json(msg='%s: cannot stop %s left by a killed run: %s' % (os.uname()[1], unit, err.strip()),
                                  **result)
-            module.run_command([systemctl, 'reset-failed', unit])
+            Systemctl(module.run_command, systemctl).reset_failed(unit)
     for path in list(remove or []) + [pid_file]:
         if os.path.lexists(path):
             result['removed'].append(path)
@@ -115,3 +117,36 @@ def reset(module, unit, pid_file, remove, kill_timeout_s=5):
             (['copy job %s' % result['killed']] if result['killed'] else []) + (['%s' % unit] if result['stopped'] else [])
             + result['removed']))
     return result
+
+
+# The options of inkling.fleet.hf_peer_reset (its DOCUMENTATION describes them).
+RESET_ARGUMENT_SPEC = dict(
+    unit=dict(type='str', required=True),
+    pid_file=dict(type='path', required=True),
+    remove=dict(type='list', elements='path', default=[]),
+    kill_timeout_s=dict(type='int', default=5),
+)
+
+
+# The options of inkling.fleet.hf_peer_serve (its DOCUMENTATION describes them).
+SERVE_ARGUMENT_SPEC = dict(
+    unit=dict(type='str', required=True),
+    config=dict(type='str', required=True),
+    config_path=dict(type='path', required=True),
+    secrets_path=dict(type='path', required=True),
+    user=dict(type='str', required=True),
+    secret=dict(type='str', required=True, no_log=True),
+    rundir=dict(type='path', required=True),
+    address=dict(type='str'),
+    pid_file=dict(type='path'),
+    runtime_max_s=dict(type='int', default=0),
+    remove=dict(type='list', elements='path', default=[]),
+    relay_port=dict(type='int', default=0),
+    relay_repo_dir=dict(type='path'),
+    relay_allow=dict(type='list', elements='str', default=[]),
+    relay_owner=dict(type='str'),
+    relay_group=dict(type='str'),
+    create_owner=dict(type='bool', default=False),
+    relay_hold_s=dict(type='float', default=2),
+    relay_stall_s=dict(type='int', default=15),
+)

@@ -24,7 +24,6 @@ __metaclass__ = type
 
 import hashlib
 import hmac
-import json
 import os
 import re
 import socket
@@ -37,6 +36,13 @@ try:
     import socketserver
 except ImportError:          # pragma: no cover (Python 2 has no use for this file; it only parses there)
     socketserver = None
+
+# daemon_server: begin
+try:
+    from ansible_collections.inkling.fleet.plugins.module_utils import daemon_server
+except ImportError:          # run as a script from module_utils/ (the unit tests); shipped, see script_source
+    import daemon_server
+# daemon_server: end
 
 BANNER = 'INKLING-RELAY 1'
 ETAG = re.compile(r'^[0-9a-f]{40}$|^[0-9a-f]{64}$')
@@ -215,24 +221,12 @@ class Handler(socketserver.StreamRequestHandler if socketserver else object):
 
 def make_server(cfg):
     """The threading TCP server of cfg (address, port, allow, secret, blobs_dir, inbox, hold_s, stall_s)."""
-    family = socket.AF_INET6 if ':' in cfg['address'] else socket.AF_INET
-
-    class Server(socketserver.ThreadingTCPServer):
-        address_family = family
-        allow_reuse_address = True
-        daemon_threads = True
-
-    server = Server((cfg['address'], cfg['port']), Handler)
-    server.cfg = cfg
-    server.slots = threading.BoundedSemaphore(MAX_CLIENTS)
-    return server
+    return daemon_server.threading_server(cfg, Handler, MAX_CLIENTS)
 
 
 def load_config(path):
-    with open(path) as f:
-        cfg = json.load(f)
+    cfg = daemon_server.read_fleet_config(path)
     cfg['secret'] = read_secret(cfg.pop('secrets_file'), cfg['user'])
-    cfg['allow'] = set(cfg['allow'])
     return cfg
 
 

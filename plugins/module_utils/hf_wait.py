@@ -140,3 +140,11 @@ def follow(poll, sleep, clock, interval_s, timeout_s, show=None, host='this host
             line(text)
             next_line = next_line + interval_s if next_line + interval_s > now else now + interval_s
         sleep(next_delay(now, start, next_line, interval_s, timeout_s, poll_s, eta(progress)))
+
+
+# The options of inkling.fleet.hf_progress (its DOCUMENTATION describes them).
+PROGRESS_ARGUMENT_SPEC = dict(
+    progress_file=dict(type='path', required=True),
+    wait_s=dict(type='int', default=30),
+    stall_timeout_s=dict(type='int', default=600),
+)

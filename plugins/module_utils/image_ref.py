@@ -273,3 +273,13 @@ def select_prune(images, repositories, keep, target_digest=None, in_use_ids=(), 
     remove = [{'id': img['Id'], 'names': img.get('Names') or [], 'reason': 'beyond image_keep=%d' % keep}
               for img in candidates if img['Id'] not in kept_ids]
     return remove, kept
+
+
+# The options of inkling.fleet.image_pin (its DOCUMENTATION describes them).
+IMAGE_PIN_ARGUMENT_SPEC = dict(
+    reference=dict(type='str', required=True),
+    digest=dict(type='str'),
+    resolved_digest=dict(type='str'),
+    record_path=dict(type='path', default='/var/lib/inkling/image/resolved.json'),
+    executable=dict(type='str', default='podman'),
+)

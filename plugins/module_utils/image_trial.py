@@ -231,3 +231,21 @@ def _verdict(host, image, answer, failures, versions=None):
             lines.append('- [%s] %s; remedy: %s' % (fail['check'], fail['message'], fail['remedy']))
         message = '\n'.join(lines)
     return {'ok': not failures, 'failures': failures, 'message': message}
+
+
+# The options of inkling.fleet.image_trial (its DOCUMENTATION describes them).
+ARGUMENT_SPEC = dict(
+    host=dict(type='str', required=True),
+    image=dict(type='str', required=True),
+    args=dict(type='list', elements='str', required=True),
+    env=dict(type='dict', default={}),
+    volumes=dict(type='list', elements='str', default=[]),
+    podman_args=dict(type='list', elements='str', default=[]),
+    compute_caps=dict(type='list', elements='str', required=True),
+    running_image=dict(type='str'),
+    running_args=dict(type='list', elements='str'),
+    running_env=dict(type='dict'),
+    podman_path=dict(type='str', default='podman'),
+    python=dict(type='str', default='python3'),
+    timeout=dict(type='int', default=600),
+)

@@ -458,3 +458,12 @@ def kernel_module_version(path='/proc/driver/nvidia/version'):
         return None
     match = re.search(r'Kernel Module(?: for [^ ]+)?\s+(\d+\.\d+(?:\.\d+)?)', text)
     return match.group(1) if match else None
+
+
+# The options of inkling.fleet.nvidia_gpu_info (its DOCUMENTATION describes them).
+GPU_INFO_ARGUMENT_SPEC = dict(
+    nvidia_smi_path=dict(type='str', default='nvidia-smi'),
+    lspci_path=dict(type='str', default='lspci'),
+    timeout=dict(type='int', default=30),
+    nvlink=dict(type='bool', default=True),
+)

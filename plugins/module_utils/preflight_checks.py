@@ -1263,3 +1263,36 @@ def summary(report):
     for fail in report['failures']:
         lines.append('- [%s] %s; remedy: %s' % (fail['check'], fail['message'], fail['remedy']))
     return '\n'.join(lines)
+
+
+# The options of inkling.fleet.preflight_evaluate (its DOCUMENTATION describes them).
+EVALUATE_ARGUMENT_SPEC = dict(
+    host=dict(type='str', required=True),
+    gpu=dict(type='dict'),
+    gpu_error=dict(type='str'),
+    host_facts=dict(type='dict', required=True),
+    variant=dict(type='dict'),
+    variant_error=dict(type='str'),
+    tensor_parallel_size=dict(type='int', default=8),
+    podman_min_version=dict(type='str', default='4.4'),
+    podman_api_key_min_version=dict(type='str', no_log=False),
+    service_listen=dict(type='dict', no_log=False),
+    podman_bad_versions=dict(type='list', elements='dict', default=[]),
+    cdi_dirs=dict(type='list', elements='path', default=['/etc/cdi', '/var/run/cdi']),
+    disk_margin_pct=dict(type='int', default=10),
+    image_free_bytes=dict(type='int', default=0),
+    tmp_free_bytes=dict(type='int', default=0),
+    shm_min_mib=dict(type='int', default=1024),
+    service_ipc_host=dict(type='bool', default=True),
+    fabricmanager_unit=dict(type='str', default='nvidia-fabricmanager'),
+    fabric_waited_s=dict(type='int', default=0),
+    variant_refusals=dict(type='list', elements='dict', default=[]),
+    nvml_library_version=dict(type='str'),
+    podman_cdi_versions=dict(type='list', elements='dict', default=[]),
+    service_label_disable=dict(type='bool', default=True),
+    xid_ignore=dict(type='list', elements='int', default=[]),
+    xid_since_s=dict(type='float', default=0),
+    replica_rdma_dir=dict(type='path', default='/sys/class/infiniband'),
+    replica_rdma_required=dict(type='bool', default=True),
+    replica_probe_timeout_s=dict(type='float', default=3),
+)

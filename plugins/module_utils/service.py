@@ -168,3 +168,17 @@ def root_dir(path, mode, check_mode=False):
             os.chown(each, 0, 0)
             os.chmod(each, mode)
     return missing, fixed
+
+
+# The options of inkling.fleet.service_host (its DOCUMENTATION describes them).
+SERVICE_HOST_ARGUMENT_SPEC = dict(
+    image=dict(type='str', required=True),
+    hub_cache_dir=dict(type='path', required=True),
+    repo_id=dict(type='str', required=True),
+    revision=dict(type='str', required=True),
+    cache_dir=dict(type='path', required=True),
+    subdirs=dict(type='list', elements='str', default=[]),
+    cache_root=dict(type='path'),
+    backup_dir=dict(type='path'),
+    executable=dict(type='str', default='podman'),
+)

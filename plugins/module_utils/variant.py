@@ -826,3 +826,23 @@ def tensor_parallel_advice(gpu, model, single, multi, cap):
     if not ways:
         ways.append('use GPUs with more memory')
     return False, text + '; or '.join(ways)
+
+
+# The options of inkling.fleet.inkling_variant (its DOCUMENTATION describes them).
+ARGUMENT_SPEC = dict(
+    gpu=dict(type='dict', required=True),
+    model=dict(type='str'),
+    tensor_parallel_size=dict(type='int'),
+    table=dict(type='dict'),
+    schema_version=dict(type='int'),
+    overrides=dict(type='dict'),
+    host=dict(type='str', default='this host'),
+    replica=dict(type='dict', options=dict(
+        name=dict(type='str', required=True),
+        members=dict(type='list', elements='str', required=True),
+        head=dict(type='str'),
+        head_address=dict(type='str'),
+        port=dict(type='int'),
+        gpus=dict(type='dict'),
+    )),
+)

@@ -332,3 +332,15 @@ def read_sequentially(files, step, mem_available, margin_bytes):
         finally:
             os.close(fd)
     return done, None
+
+
+# The options of inkling.fleet.page_cache_warm (its DOCUMENTATION describes them).
+PAGE_CACHE_WARM_ARGUMENT_SPEC = dict(
+    cache_dir=dict(type='path', required=True),
+    repo_id=dict(type='str', required=True),
+    revision=dict(type='str', required=True),
+    margin_pct=dict(type='float', default=10),
+    min_margin_gib=dict(type='float', default=4),
+    check_every_mib=dict(type='int', default=1024),
+    meminfo_path=dict(type='path', default='/proc/meminfo'),
+)

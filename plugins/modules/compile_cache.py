@@ -235,7 +235,6 @@ kept:
 '''
 
 import hashlib
-import inspect
 import json
 import os
 import socket
@@ -246,6 +245,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.parse import quote
 from ansible.module_utils.urls import open_url
 from ansible_collections.inkling.fleet.plugins.module_utils import cache_seed_server
+from ansible_collections.inkling.fleet.plugins.module_utils import daemon_server
 from ansible_collections.inkling.fleet.plugins.module_utils import nofollow
 from ansible_collections.inkling.fleet.plugins.module_utils import warm_cache as wc
 
@@ -377,7 +377,7 @@ def served(module, p):
     script = os.path.join(rundir, 'server.py')
     config = os.path.join(rundir, p['unit'] + '.json')
     with nofollow.opened_dir(rundir) as rfd:   # root-only files, never written through a link
-        nofollow.write_atomic('server.py', rfd, inspect.getsource(cache_seed_server).encode('utf-8'), 0o600)
+        nofollow.write_atomic('server.py', rfd, daemon_server.script_source(cache_seed_server).encode('utf-8'), 0o600)
         nofollow.write_atomic(os.path.basename(config), rfd, json.dumps({
             'address': host, 'port': p['port'], 'allow': allow, 'root': p['cache_dir'],
             'token_sha256': cache_seed_server.token_digest(p['token']),

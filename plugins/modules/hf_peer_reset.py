@@ -77,15 +77,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemo
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            unit=dict(type='str', required=True),
-            pid_file=dict(type='path', required=True),
-            remove=dict(type='list', elements='path', default=[]),
-            kill_timeout_s=dict(type='int', default=5),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=hf_peer_daemon.RESET_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     module.exit_json(**hf_peer_daemon.reset(module, p['unit'], p['pid_file'], p['remove'], p['kill_timeout_s']))
 

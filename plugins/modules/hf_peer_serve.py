@@ -164,7 +164,6 @@ created:
 '''
 
 import grp
-import inspect
 import json
 import os
 import pwd
@@ -172,6 +171,7 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inkling.fleet.plugins.module_utils import daemon_server
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_cache as hc
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_daemon
 from ansible_collections.inkling.fleet.plugins.module_utils import hf_peer_fetch
@@ -245,36 +245,13 @@ def relay_command(p, ids):
            'root': os.path.dirname(p['relay_repo_dir'].rstrip('/'))}
     script = os.path.join(p['rundir'], 'relay.py')
     config = os.path.join(p['rundir'], 'relay.json')
-    write_private(script, inspect.getsource(hf_peer_relay))
+    write_private(script, daemon_server.script_source(hf_peer_relay))
     write_private(config, json.dumps(cfg, indent=1, sort_keys=True))
     return [sys.executable or '/usr/bin/python3', script, config, '--']
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            unit=dict(type='str', required=True),
-            config=dict(type='str', required=True),
-            config_path=dict(type='path', required=True),
-            secrets_path=dict(type='path', required=True),
-            user=dict(type='str', required=True),
-            secret=dict(type='str', required=True, no_log=True),
-            rundir=dict(type='path', required=True),
-            address=dict(type='str'),
-            pid_file=dict(type='path'),
-            runtime_max_s=dict(type='int', default=0),
-            remove=dict(type='list', elements='path', default=[]),
-            relay_port=dict(type='int', default=0),
-            relay_repo_dir=dict(type='path'),
-            relay_allow=dict(type='list', elements='str', default=[]),
-            relay_owner=dict(type='str'),
-            relay_group=dict(type='str'),
-            create_owner=dict(type='bool', default=False),
-            relay_hold_s=dict(type='float', default=2),
-            relay_stall_s=dict(type='int', default=15),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=hf_peer_daemon.SERVE_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if p['address'] is not None and not p['address'].strip():
         module.fail_json(msg='%s: no address for the peer copy (hf_cache_peer_address is empty: the host has no IPv4 '

@@ -33,12 +33,12 @@ options:
     description: No progress for this long is reported as C(stalled).
     type: int
     default: 600
-notes:
-  - Supports check mode (it only reads).
 seealso:
   - module: inkling.fleet.hf_download
   - module: inkling.fleet.hf_peer_copy
   - module: inkling.fleet.hf_wait
+extends_documentation_fragment:
+  - inkling.fleet.attributes.check_full_diff_none
 '''
 
 EXAMPLES = r'''
@@ -82,14 +82,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import hf_wait
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            progress_file=dict(type='path', required=True),
-            wait_s=dict(type='int', default=30),
-            stall_timeout_s=dict(type='int', default=600),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=hf_wait.PROGRESS_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     deadline = time.time() + max(p['wait_s'], 0)
     prog = None

@@ -45,6 +45,7 @@ options:
     elements: str
     required: true
 extends_documentation_fragment:
+  - inkling.fleet.attributes
   - inkling.fleet.attributes.check_full_diff_full
 '''
 
@@ -127,14 +128,7 @@ class Pruner(object):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            cache_dir=dict(type='path', required=True),
-            repo_id=dict(type='str', required=True),
-            keep=dict(type='list', elements='str', required=True),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=hc.PRUNE_ARGUMENT_SPEC, supports_check_mode=True)
     Pruner(module).run()
 
 

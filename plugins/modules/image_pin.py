@@ -130,7 +130,8 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inkling.fleet.plugins.module_utils.image_ref import ImageRefError, plan_pin
+from ansible_collections.inkling.fleet.plugins.module_utils.image_ref import (
+    IMAGE_PIN_ARGUMENT_SPEC, ImageRefError, plan_pin)
 
 
 def read_record(module, path):
@@ -150,16 +151,7 @@ def read_record(module, path):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            reference=dict(type='str', required=True),
-            digest=dict(type='str'),
-            resolved_digest=dict(type='str'),
-            record_path=dict(type='path', default='/var/lib/inkling/image/resolved.json'),
-            executable=dict(type='str', default='podman'),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=IMAGE_PIN_ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     recorded = read_record(module, params['record_path'])
     try:

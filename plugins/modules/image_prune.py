@@ -110,6 +110,7 @@ options:
     type: str
     default: podman
 extends_documentation_fragment:
+  - inkling.fleet.attributes
   - inkling.fleet.attributes.check_full_diff_full
 notes:
   - The work is done by C(plugins/module_utils/image_host.py), the prune's decisions by

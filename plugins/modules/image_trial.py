@@ -173,24 +173,7 @@ def image_entrypoint(module, podman, image):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            host=dict(type='str', required=True),
-            image=dict(type='str', required=True),
-            args=dict(type='list', elements='str', required=True),
-            env=dict(type='dict', default={}),
-            volumes=dict(type='list', elements='str', default=[]),
-            podman_args=dict(type='list', elements='str', default=[]),
-            compute_caps=dict(type='list', elements='str', required=True),
-            running_image=dict(type='str'),
-            running_args=dict(type='list', elements='str'),
-            running_env=dict(type='dict'),
-            podman_path=dict(type='str', default='podman'),
-            python=dict(type='str', default='python3'),
-            timeout=dict(type='int', default=600),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=it.ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     env = dict((k, str(v)) for k, v in (p['env'] or {}).items())
     running_env = None if p['running_env'] is None else dict((k, str(v)) for k, v in p['running_env'].items())

@@ -255,30 +255,11 @@ table_errors:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inkling.fleet.plugins.module_utils.variant import (
-    VariantRefused, VariantTableError, select_variant)
+    ARGUMENT_SPEC, VariantRefused, VariantTableError, select_variant)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            gpu=dict(type='dict', required=True),
-            model=dict(type='str'),
-            tensor_parallel_size=dict(type='int'),
-            table=dict(type='dict'),
-            schema_version=dict(type='int'),
-            overrides=dict(type='dict'),
-            host=dict(type='str', default='this host'),
-            replica=dict(type='dict', options=dict(
-                name=dict(type='str', required=True),
-                members=dict(type='list', elements='str', required=True),
-                head=dict(type='str'),
-                head_address=dict(type='str'),
-                port=dict(type='int'),
-                gpus=dict(type='dict'),
-            )),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     if any(params[name] is None for name in ('model', 'tensor_parallel_size', 'table', 'schema_version')):
         module.fail_json(msg='model, tensor_parallel_size, table and schema_version are required when the module '

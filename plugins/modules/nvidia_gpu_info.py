@@ -184,7 +184,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inkling.fleet.plugins.module_utils.nvidia_smi import (
-    NvidiaSmiError, collect, kernel_module_version)
+    GPU_INFO_ARGUMENT_SPEC, NvidiaSmiError, collect, kernel_module_version)
 
 
 def find_binary(module, name, required):
@@ -205,15 +205,7 @@ def find_binary(module, name, required):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            nvidia_smi_path=dict(type='str', default='nvidia-smi'),
-            lspci_path=dict(type='str', default='lspci'),
-            timeout=dict(type='int', default=30),
-            nvlink=dict(type='bool', default=True),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=GPU_INFO_ARGUMENT_SPEC, supports_check_mode=True)
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second, got %s' % module.params['timeout'])
     try:

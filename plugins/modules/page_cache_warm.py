@@ -124,18 +124,7 @@ def snapshot_files(cache_dir, repo_id, revision):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            cache_dir=dict(type='path', required=True),
-            repo_id=dict(type='str', required=True),
-            revision=dict(type='str', required=True),
-            margin_pct=dict(type='float', default=10),
-            min_margin_gib=dict(type='float', default=4),
-            check_every_mib=dict(type='int', default=1024),
-            meminfo_path=dict(type='path', default='/proc/meminfo'),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=wc.PAGE_CACHE_WARM_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if not re.match(r'^[0-9a-f]{40}$', p['revision']):
         module.fail_json(msg='page_cache_warm: revision %r is not a 40-hex commit' % p['revision'])

@@ -128,20 +128,7 @@ from ansible_collections.inkling.fleet.plugins.module_utils import warm_cache as
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            image=dict(type='str', required=True),
-            hub_cache_dir=dict(type='path', required=True),
-            repo_id=dict(type='str', required=True),
-            revision=dict(type='str', required=True),
-            cache_dir=dict(type='path', required=True),
-            subdirs=dict(type='list', elements='str', default=[]),
-            cache_root=dict(type='path'),
-            backup_dir=dict(type='path'),
-            executable=dict(type='str', default='podman'),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=svc.SERVICE_HOST_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     result = dict(changed=False, created=[], fixed=[], prepared=False,
                   snapshot_path=svc.snapshot_config_path(p['hub_cache_dir'], p['repo_id'], p['revision']))
