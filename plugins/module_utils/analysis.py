@@ -79,13 +79,16 @@ def _b64_ok(data):
         return False
 
 
-def _number(value):
+def as_number(value, thousands=True):
+    """``value`` as a float, or None (a bool is not a number). From text, with ``thousands`` its commas
+    are dropped first (an answer's "6,912")."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
         return float(value)
+    text = str(value).replace(',', '') if thousands else str(value)
     try:
-        return float(str(value).replace(',', '').strip())
+        return float(text.strip())
     except ValueError:
         return None
 
@@ -137,7 +140,7 @@ def _expect_problems(name, expect):
                 % (name, ', '.join(EXPECT_KEYS))]
     problems = ['%s: expect has unknown key %r (known: %s)' % (name, k, ', '.join(EXPECT_KEYS))
                 for k in sorted(set(expect) - set(EXPECT_KEYS))]
-    if 'number' in expect and _number(expect['number']) is None:
+    if 'number' in expect and as_number(expect['number']) is None:
         problems.append('%s: expect.number must be a number, got %r' % (name, expect['number']))
     if 'contains' in expect:
         items = expect['contains'] if isinstance(expect['contains'], list) else [expect['contains']]
@@ -204,7 +207,7 @@ def load_request(model, max_tokens, index):
 def describe_expect(expect):
     parts = []
     if 'number' in expect:
-        parts.append('the number %s' % _fmt_number(_number(expect['number'])))
+        parts.append('the number %s' % _fmt_number(as_number(expect['number'])))
     if 'contains' in expect:
         items = expect['contains'] if isinstance(expect['contains'], list) else [expect['contains']]
         parts.append('text containing %s' % ' and '.join(repr(i) for i in items))
@@ -221,7 +224,7 @@ def _fmt_number(value):
 
 def first_number(text):
     match = NUMBER_RE.search(text or '')
-    return _number(match.group(0)) if match else None
+    return as_number(match.group(0)) if match else None
 
 
 def rule_failures(expect, text):
@@ -229,7 +232,7 @@ def rule_failures(expect, text):
     text = text or ''
     out = []
     if 'number' in expect:
-        want = _number(expect['number'])
+        want = as_number(expect['number'])
         got = first_number(text)
         if got is None or abs(got - want) > 1e-9:
             out.append('expected the number %s, the first number is %s'

@@ -102,19 +102,16 @@ def models_list_ids(body):
 class Observation(object):
     """What one poll saw. Fields left as None were not probed in this poll."""
 
-    def __init__(self, elapsed, active_state=None, sub_state=None, n_restarts=None,
-                 health_status=None, models_status=None, models_body=None,
-                 completion_status=None, completion_latency=None, error=None):
+    FIELDS = ('active_state', 'sub_state', 'n_restarts', 'health_status', 'models_status', 'models_body',
+              'completion_status', 'completion_latency', 'error')
+
+    def __init__(self, elapsed, **fields):
+        unknown = sorted(set(fields) - set(self.FIELDS))
+        if unknown:
+            raise TypeError('Observation has no field %s' % ', '.join(unknown))
         self.elapsed = elapsed
-        self.active_state = active_state
-        self.sub_state = sub_state
-        self.n_restarts = n_restarts
-        self.health_status = health_status
-        self.models_status = models_status
-        self.models_body = models_body
-        self.completion_status = completion_status
-        self.completion_latency = completion_latency
-        self.error = error
+        for name in self.FIELDS:
+            setattr(self, name, fields.get(name))
 
 
 def describe(obs):

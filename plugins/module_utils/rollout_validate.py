@@ -15,6 +15,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.inkling.fleet.plugins.module_utils.analysis import as_number
+
 HOOK_METHODS = ('GET', 'POST', 'PUT', 'PATCH', 'DELETE')
 # Tags the rollout's plays and roles carry (a name, or a name followed by _...). Skipping one
 # of them breaks the sequence; skipping others (molecule's notest, a site's own) is harmless.
@@ -36,14 +38,8 @@ def _int(value):
 
 
 def _num(value):
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        return None
+    # no thousands separators in a variable: "1,5" is not 15
+    return as_number(value, thousands=False)
 
 
 def _bool(value):

@@ -151,6 +151,19 @@ class UnitRun(object):
         return (out or '').splitlines()[-lines:] if rc == 0 else []
 
 
+def exit_or_fail(module, call, errors, keep=None):
+    """The end of a module run: exit_json with what ``call()`` returns, or, on one of ``errors``,
+    fail_json with its message and what it says ran (its ``result``, or only its ``keep`` keys;
+    ``commands`` at least)."""
+    try:
+        result = call()
+    except errors as exc:
+        partial = getattr(exc, 'result', None) or {}
+        partial = dict((k, v) for k, v in partial.items() if keep is None or k in keep)
+        module.fail_json(msg=str(exc), **dict({'commands': []}, **partial))
+    module.exit_json(**result)
+
+
 def _int(value):
     try:
         return int(value)

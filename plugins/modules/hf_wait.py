@@ -70,8 +70,6 @@ options:
     description: Fail when the job failed. V(false) returns the job's result in RV(job) for the caller to judge.
     type: bool
     default: true
-notes:
-  - Supports check mode (it only reads).
 seealso:
   - module: inkling.fleet.hf_download
   - module: inkling.fleet.hf_peer_copy

@@ -40,8 +40,6 @@ options:
     description: Seconds one attempt may take before it is stopped (a stalled registry does not hang the rollout).
     type: int
     default: 3600
-notes:
-  - Supports check mode.
 seealso:
   - module: inkling.fleet.registry_login
   - module: inkling.fleet.image_pin

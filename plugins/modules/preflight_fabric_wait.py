@@ -36,8 +36,6 @@ options:
     description: Seconds between polls (at least 1).
     type: int
     default: 10
-notes:
-  - Supports check mode (it only reads).
 seealso:
   - module: inkling.fleet.nvidia_gpu_info
   - module: inkling.fleet.preflight_evaluate

@@ -68,7 +68,6 @@ options:
     type: path
     default: /var/log/apt/history.log
 notes:
-  - Supports check mode; the module never changes the host.
   - CDI specs are parsed with PyYAML when the host has it, otherwise with a line reader that handles what
     C(nvidia-ctk cdi generate) writes.
 seealso:

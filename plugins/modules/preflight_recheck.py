@@ -50,8 +50,6 @@ options:
     description: Fail the task with the summary when a check fails (otherwise only C(report.ok) says so).
     type: bool
     default: false
-notes:
-  - Supports check mode; the module never changes the host.
 seealso:
   - module: inkling.fleet.preflight_evaluate
   - module: inkling.fleet.nvidia_gpu_info

@@ -91,6 +91,7 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.inkling.fleet.plugins.module_utils.systemd import exit_or_fail
 from ansible_collections.inkling.fleet.plugins.module_utils.unit_restore import ARGUMENT_SPEC, UnitRestore, UnitRestoreError
 
 
@@ -98,12 +99,9 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     worker = UnitRestore(module.run_command, module.get_bin_path('systemctl', required=True))
-    try:
-        result = worker.restore(p['unit'], p['path'], p['backup'], p['keep'], p['stop_removed'], module.check_mode)
-    except (UnitRestoreError, OSError) as exc:
-        # only what ran: a failed restore has no outcome to act on
-        module.fail_json(msg=str(exc), commands=getattr(exc, 'result', {}).get('commands', []))
-    module.exit_json(**result)
+    # a failed restore reports only the commands that ran: it has no outcome to act on
+    exit_or_fail(module, lambda: worker.restore(p['unit'], p['path'], p['backup'], p['keep'], p['stop_removed'],
+                                                module.check_mode), (UnitRestoreError, OSError), keep=('commands',))
 
 
 if __name__ == '__main__':

@@ -114,18 +114,15 @@ commands:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.inkling.fleet.plugins.module_utils.systemd import UNIT_RUN_ARGUMENT_SPEC, UnitRun, UnitRunError
+from ansible_collections.inkling.fleet.plugins.module_utils.systemd import UNIT_RUN_ARGUMENT_SPEC, UnitRun, UnitRunError, exit_or_fail
 
 
 def main():
     module = AnsibleModule(argument_spec=UNIT_RUN_ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    try:
-        result = UnitRun.for_module(module).run(p['unit'], p['state'], p['enabled'], p['daemon_reload'], p['wait_s'],
-                                                journal_lines=p['journal_lines'], check_mode=module.check_mode)
-    except UnitRunError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
+    worker = UnitRun.for_module(module)
+    exit_or_fail(module, lambda: worker.run(p['unit'], p['state'], p['enabled'], p['daemon_reload'], p['wait_s'],
+                                            journal_lines=p['journal_lines'], check_mode=module.check_mode), UnitRunError)
 
 
 if __name__ == '__main__':

@@ -109,7 +109,10 @@ def test_the_wait_ends_when_the_unit_is_active():
 
 def test_a_unit_that_fails_to_start_fails_with_the_host_its_state_and_its_journal():
     fake = FakeSystemd(states=('activating', 'failed'))
-    journal = lambda args: (0, 'line one\nline two\n', '')  # noqa: E731
+
+    def journal(args):
+        return 0, 'line one\nline two\n', ''
+
     with pytest.raises(UnitRunError) as err:
         runner(fake, journal).run(UNIT, 'restarted', wait_s=60, journal_lines=2)
     msg = str(err.value)
@@ -141,3 +144,31 @@ def test_plan_and_parse_show():
     assert plan('stopped', 'activating')['action'] == 'stop'
     assert plan('started', 'active', True, 'static')['enable'] is False
     assert systemd.parse_show('ActiveState=active\nNRestarts=1\nnoise\n') == {'ActiveState': 'active', 'NRestarts': '1'}
+
+
+def test_reset_failed_is_run_in_one_place():
+    """Every `systemctl reset-failed` of the collection goes through Systemctl.reset_failed (issue 38): no task
+    file, module or other module_utils runs it itself (comments and documentation may name it)."""
+    import os
+    import re
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    found = []
+    for top in ('roles', 'playbooks', 'plugins'):
+        for folder, dummy, files in os.walk(os.path.join(repo, top)):
+            for name in files:
+                if not name.endswith(('.py', '.yml', '.yaml', '.j2')):
+                    continue
+                path = os.path.join(folder, name)
+                with open(path) as fh:
+                    for number, line in enumerate(fh, 1):
+                        code = line.split('#', 1)[0]
+                        # Python: the argument as a string literal; YAML: the word outside a comment
+                        pattern = r"""['"]reset-failed['"]""" if name.endswith('.py') else r'reset-failed'
+                        if re.search(pattern, code):
+                            found.append('%s:%d' % (os.path.relpath(path, repo), number))
+    assert found == ['plugins/module_utils/systemd.py:%d' % _line_of("self.call('reset-failed', unit)")]
+
+
+def _line_of(text):
+    with open(systemd.__file__) as fh:
+        return next(n for n, line in enumerate(fh, 1) if text in line)

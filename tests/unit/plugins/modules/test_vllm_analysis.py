@@ -8,8 +8,6 @@ tests/unit/plugins/module_utils/test_analysis.py."""
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
