@@ -84,14 +84,17 @@ PLAY = '''- name: A host whose restart failed is rolled back
       run_once: true
 '''
 
-# systemctl as a stand-in: logs its arguments, answers `show` as an active unit that never
-# restarted, and fails the verbs named in $FAIL_VERBS.
+# systemctl as a stand-in: logs its arguments, answers `show` as an active unit with the restart
+# counter kept in a file (reset-failed sets it to 0; with $CRASH_ON_START a restart leaves it at 1,
+# as a server that crashed once during start-up), and fails the verbs named in $FAIL_VERBS.
 SYSTEMCTL = '''#!/bin/sh
 echo "$*" >> {log}
 case " $FAIL_VERBS " in *" $1 "*) echo "$1 refused" >&2; exit 1;; esac
-if [ "$1" = show ]; then
-  printf 'ActiveState=active\\nSubState=running\\nNRestarts=0\\nResult=success\\nLoadState=loaded\\n'
-fi
+case "$1" in
+  reset-failed) echo 0 > {counter};;
+  restart) [ -n "$CRASH_ON_START" ] && echo 1 > {counter};;
+  show) printf 'ActiveState=active\\nSubState=running\\nNRestarts=%s\\nResult=success\\nLoadState=loaded\\n' "$(cat {counter})";;
+esac
 exit 0
 '''
 
@@ -105,7 +108,7 @@ def server(tmp_path_factory):
     standin.stop()
 
 
-def run(tmp_path, server, undrain='true', fail_verbs='', backup=True):
+def run(tmp_path, server, undrain='true', fail_verbs='', backup=True, crash_on_start=False):
     reports = tmp_path / 'reports'
     unit, backup_path = tmp_path / 'inkling.container', tmp_path / 'inkling.container.previous'
     unit.write_text('new\n')
@@ -113,13 +116,15 @@ def run(tmp_path, server, undrain='true', fail_verbs='', backup=True):
         backup_path.write_text('previous\n')
     bindir = tmp_path / 'bin'
     bindir.mkdir()
-    (bindir / 'systemctl').write_text(SYSTEMCTL.format(log=tmp_path / 'systemctl.log'))
+    (tmp_path / 'nrestarts').write_text('2\n')
+    (bindir / 'systemctl').write_text(SYSTEMCTL.format(log=tmp_path / 'systemctl.log', counter=tmp_path / 'nrestarts'))
     (bindir / 'systemctl').chmod(0o755)
     (tmp_path / 'inventory.yml').write_text(INVENTORY.format(python=sys.executable))
     (tmp_path / 'play.yml').write_text(PLAY.format(reports=reports, unit=unit, backup=backup_path, port=server.port,
                                                    undrain=undrain, model=MODEL, unit_name=UNIT))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               PATH=str(bindir) + os.pathsep + os.environ['PATH'], FAIL_VERBS=fail_verbs)
+               PATH=str(bindir) + os.pathsep + os.environ['PATH'], FAIL_VERBS=fail_verbs,
+               CRASH_ON_START='1' if crash_on_start else '')
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(tmp_path / 'inventory.yml'),
             str(tmp_path / 'play.yml')]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -155,3 +160,12 @@ def test_a_first_deployment_is_taken_back(tmp_path, server):
     assert host['phase'] == 'removed', host
     assert not unit.exists()
     assert 'stop %s' % UNIT in log and 'restart %s' % UNIT not in log
+
+
+def test_the_rollback_gate_counts_restarts_from_the_restart_of_the_previous_unit(tmp_path, server):
+    """The gate's baseline is unit_run's nrestarts, read right after the reset and before the restart:
+    a previous unit that crashed once while starting fails its gate (taking the gate's first reading
+    as the baseline would have let it pass)."""
+    host, unit, log = run(tmp_path, server, crash_on_start=True)
+    assert host['phase'] == 'rollback_failed', host
+    assert 'restart' in host['message'].lower(), host['message']
