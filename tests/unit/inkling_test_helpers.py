@@ -308,3 +308,28 @@ class VllmStandin(object):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+LOCAL_INVENTORY = '''all:
+  hosts:
+%s
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: %s
+'''
+
+
+def run_local_play(tmp_path, hosts, play, env=None, report_dir='reports'):
+    """Run ``play`` (a playbook's text) with ansible-playbook against ``hosts`` on this machine (connection
+    local, the repository's ansible.cfg), ``env`` added to the environment; it must succeed. Returns the
+    journal (``report_dir``/journal.json) the play's rollout_journal calls wrote."""
+    (tmp_path / 'inventory.yml').write_text(LOCAL_INVENTORY % (
+        '\n'.join('    %s: {}' % h for h in hosts), sys.executable))
+    (tmp_path / 'play.yml').write_text(play)
+    full = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1')
+    full.update(env or {})
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(tmp_path / 'inventory.yml'),
+            str(tmp_path / 'play.yml')]
+    proc = subprocess.run(argv, cwd=REPO, env=full, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((tmp_path / report_dir / 'journal.json').read_text())

@@ -5,20 +5,10 @@ every failure before the stop. The host's previous unit file goes back (or stays
 whose unit did not change), the phase is recorded with why (and whether the file went back), and the
 host is left as it is: nothing after the rescue runs for it (issue 38)."""
 
-import json
 import os
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from inkling_test_helpers import run_local_play
 
-INVENTORY = '''all:
-  hosts:
-    h1: {{}}
-  vars:
-    ansible_connection: local
-    ansible_python_interpreter: {python}
-'''
 
 PLAY = '''- name: A host whose drain hook fails
   hosts: all
@@ -89,16 +79,8 @@ def run(tmp_path, kept=False, unit_is_link=False):
     bindir.mkdir()
     (bindir / 'systemctl').write_text('#!/bin/sh\necho "$*" >> %s\n' % (tmp_path / 'systemctl.log'))
     (bindir / 'systemctl').chmod(0o755)
-    (tmp_path / 'inventory.yml').write_text(INVENTORY.format(python=sys.executable))
-    (tmp_path / 'play.yml').write_text(PLAY.format(reports=reports, unit=unit, backup=backup, marker=marker,
-                                                   kept='true' if kept else 'false'))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               PATH=str(bindir) + os.pathsep + os.environ['PATH'])
-    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(tmp_path / 'inventory.yml'),
-            str(tmp_path / 'play.yml')]
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    journal = json.loads((reports / 'journal.json').read_text())
+    play = PLAY.format(reports=reports, unit=unit, backup=backup, marker=marker, kept='true' if kept else 'false')
+    journal = run_local_play(tmp_path, ['h1'], play, env={'PATH': str(bindir) + os.pathsep + os.environ['PATH']})
     return journal['hosts']['h1'], unit, marker, tmp_path / 'systemctl.log'
 
 

@@ -5,22 +5,11 @@ out before the stop is held back, undrained, and recorded replica_held; when its
 is recorded replica_held_undrain_failed, with the remedy in the report, not merely held back (issue 38)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from inkling_test_helpers import run_local_play
 
-INVENTORY = '''all:
-  hosts:
-    m1: {{}}
-    m2: {{}}
-  vars:
-    ansible_connection: local
-    ansible_python_interpreter: {python}
-'''
 
 PLAY = '''- name: A replica of two, one member falls out before the stop
   hosts: all
@@ -81,14 +70,7 @@ PLAY = '''- name: A replica of two, one member falls out before the stop
 
 def run(tmp_path, undrain):
     reports = tmp_path / 'reports'
-    (tmp_path / 'inventory.yml').write_text(INVENTORY.format(python=sys.executable))
-    (tmp_path / 'play.yml').write_text(PLAY.format(reports=reports, undrain=undrain))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1')
-    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(tmp_path / 'inventory.yml'),
-            str(tmp_path / 'play.yml')]
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    journal = json.loads((reports / 'journal.json').read_text())
+    journal = run_local_play(tmp_path, ['m1', 'm2'], PLAY.format(reports=reports, undrain=undrain))
     reports_md = sorted(reports.glob('rollout-*.md'))
     assert len(reports_md) == 1
     return journal['hosts'], reports_md[0].read_text()

@@ -10,27 +10,16 @@ against the lab's vLLM stand-in on a loopback port), then undrained:
 - rollback_failed: the restart of the previous unit failed (not serving, not undrained);
 - removed: a first deployment (no backup): the new unit is stopped and its file removed."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from inkling_test_helpers import REPO, VllmStandin, standin_hub
+from inkling_test_helpers import VllmStandin, run_local_play, standin_hub
 
 REPO_ID = 'thinkingmachines/Inkling-NVFP4'
 REV = '0123456789abcdef0123456789abcdef01234567'
 MODEL = 'inkling'
 UNIT = 'inkling-test.service'
-
-INVENTORY = '''all:
-  hosts:
-    h1: {{}}
-  vars:
-    ansible_connection: local
-    ansible_python_interpreter: {python}
-'''
 
 PLAY = '''- name: A host whose restart failed is rolled back
   hosts: all
@@ -119,17 +108,11 @@ def run(tmp_path, server, undrain='true', fail_verbs='', backup=True, crash_on_s
     (tmp_path / 'nrestarts').write_text('2\n')
     (bindir / 'systemctl').write_text(SYSTEMCTL.format(log=tmp_path / 'systemctl.log', counter=tmp_path / 'nrestarts'))
     (bindir / 'systemctl').chmod(0o755)
-    (tmp_path / 'inventory.yml').write_text(INVENTORY.format(python=sys.executable))
-    (tmp_path / 'play.yml').write_text(PLAY.format(reports=reports, unit=unit, backup=backup_path, port=server.port,
-                                                   undrain=undrain, model=MODEL, unit_name=UNIT))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               PATH=str(bindir) + os.pathsep + os.environ['PATH'], FAIL_VERBS=fail_verbs,
-               CRASH_ON_START='1' if crash_on_start else '')
-    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', str(tmp_path / 'inventory.yml'),
-            str(tmp_path / 'play.yml')]
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    journal = json.loads((reports / 'journal.json').read_text())
+    play = PLAY.format(reports=reports, unit=unit, backup=backup_path, port=server.port, undrain=undrain, model=MODEL,
+                       unit_name=UNIT)
+    journal = run_local_play(tmp_path, ['h1'], play, env={
+        'PATH': str(bindir) + os.pathsep + os.environ['PATH'], 'FAIL_VERBS': fail_verbs,
+        'CRASH_ON_START': '1' if crash_on_start else ''})
     log = (tmp_path / 'systemctl.log').read_text().splitlines()
     return journal['hosts']['h1'], unit, log
 
